@@ -1,0 +1,121 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client takes locks on one Redis deployment: a server, a Sentinel-managed
+// master (go-redis failover client) or a Redis Cluster. It is safe for
+// concurrent use. It owns one background goroutine renewing its locks and
+// one pub/sub connection for waiters, both started on first use and stopped
+// by Close.
+type Client struct {
+	rdb    redis.UniversalClient
+	cfg    clientConfig
+	log    *slog.Logger
+	holder string // holder metadata JSON without the closing brace
+
+	dog  *watchdog
+	wake *wakeups
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// New returns a Client using rdb, which stays owned by the caller (Close
+// does not close it).
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, ErrNilClient
+	}
+	cfg := clientConfig{prefix: DefaultPrefix, queueTTL: DefaultQueueTTL}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{
+		rdb:    rdb,
+		cfg:    cfg,
+		log:    log,
+		holder: holderPrefix(cfg.name),
+		wake:   newWakeups(rdb),
+		closed: make(chan struct{}),
+	}
+	c.dog = newWatchdog(c)
+	return c, nil
+}
+
+// Close stops renewing the Client's locks and closes its pub/sub
+// connection. Locks still held are not released: they expire with their
+// lease, and their Contexts are cancelled with ErrLockLost at once, since
+// nothing renews them any more. Calls after Close return ErrClosed.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.wake.close()
+		c.dog.close()
+	})
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// check validates a call's key and the Client's state.
+func (c *Client) check(key string) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return validateKey(key)
+}
+
+// Do takes the lock, runs fn with a context that is cancelled if the lock is
+// lost (or ctx ends), and releases the lock when fn returns. It returns fn's
+// error; if fn succeeded but the lock was lost meanwhile, the loss (fn's
+// work may have overlapped another holder's); else the release's error.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidOption)
+	}
+	l, err := c.Lock(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{c, key}, l.h))
+	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	err = fn(fctx)
+	stop()
+	lost := l.Context().Err() != nil
+	lostCause := context.Cause(l.Context())
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	uerr := l.Unlock(uctx)
+	ucancel()
+	cancel(ErrReleased)
+	switch {
+	case err != nil:
+		return err
+	case lost:
+		return lostCause
+	default:
+		return uerr
+	}
+}

@@ -1,0 +1,47 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors returned by dlock. Match them with errors.Is: returned errors wrap
+// them with the key and, for Redis failures, the go-redis error.
+var (
+	// ErrNotObtained: the lock is held by someone else and the caller chose
+	// not to wait (TryLock) or gave up waiting (a retry strategy ran out).
+	ErrNotObtained = errors.New("dlock: lock not obtained")
+	// ErrLockLost: the lock was held but is no longer: a renewal found
+	// another owner, renewals failed until the lease ran out, or the maximum
+	// hold time passed. It is the cause of a lost lock's Context.
+	ErrLockLost = errors.New("dlock: lock lost")
+	// ErrNotHeld: the token does not hold the lock (already released,
+	// expired, or never acquired).
+	ErrNotHeld = errors.New("dlock: lock not held")
+	// ErrReleased is the cause of a lock's Context after Unlock.
+	ErrReleased = errors.New("dlock: lock released")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrInvalidKey: the key is empty or too long.
+	ErrInvalidKey = errors.New("dlock: invalid key")
+	// ErrInvalidTTL: a lease or duration is out of range.
+	ErrInvalidTTL = errors.New("dlock: invalid ttl")
+	// ErrInvalidOption: an option's value is invalid or conflicts with another.
+	ErrInvalidOption = errors.New("dlock: invalid option")
+	// ErrNilClient: New was given a nil Redis client.
+	ErrNilClient = errors.New("dlock: nil redis client")
+	// ErrWrongType: a key the lock needs holds a value that is not a lock
+	// (for example a string set by other code).
+	ErrWrongType = errors.New("dlock: key holds a value of the wrong type")
+)
+
+// redisError wraps an error from Redis for key, adding ErrWrongType when
+// Redis reports that a lock key holds another kind of value.
+func redisError(op, key string, err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrWrongType, err)
+	}
+	return fmt.Errorf("dlock: %s %q: %w", op, key, err)
+}

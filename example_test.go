@@ -1,0 +1,119 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The examples read REDIS_ADDR, set by the package's TestMain to a
+// redis-server it started.
+
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	ctx := context.Background()
+	l, err := locks.Lock(ctx, "order:42") // waits until the lock is free
+	if err != nil {
+		panic(err)
+	}
+	defer l.Unlock(ctx)
+
+	// The watchdog renews the lease while we work. l.Context() is cancelled
+	// the moment the lock is lost; pass it to the work so it stops then.
+	work := l.Context()
+	fmt.Println("holding", l.Key(), "- lost:", work.Err() != nil)
+	// Output: holding order:42 - lost: false
+}
+
+func ExampleClient_Do() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	err := locks.Do(context.Background(), "report:daily", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost while we run.
+		fmt.Println("generating the report")
+		return nil
+	}, dlock.WithTTL(10*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// generating the report
+	// err: <nil>
+}
+
+func ExampleClient_TryLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	first, _ := locks.TryLock(ctx, "cron:cleanup")
+	defer first.Unlock(ctx)
+
+	_, err := locks.TryLock(ctx, "cron:cleanup")
+	if errors.Is(err, dlock.ErrNotObtained) {
+		fmt.Println("another instance runs the job")
+	}
+	// Output: another instance runs the job
+}
+
+func ExampleLock_Fence() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A resource that remembers the highest fence it has seen rejects a
+	// holder that paused past its lease and writes late.
+	var highest uint64
+	write := func(fence uint64) error {
+		if fence < highest {
+			return fmt.Errorf("stale fence %d < %d", fence, highest)
+		}
+		highest = fence
+		return nil
+	}
+
+	old, _ := locks.Lock(ctx, "stock:7", dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
+	<-old.Done() // the old holder froze past its lease...
+	current, _ := locks.Lock(ctx, "stock:7")
+	defer current.Unlock(ctx)
+
+	fmt.Println("current holder:", write(current.Fence()))
+	fmt.Println("late write:", write(old.Fence()) != nil)
+	// Output:
+	// current holder: <nil>
+	// late write: true
+}
+
+func ExampleWithRetry() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	held, _ := locks.Lock(ctx, "invoice:9")
+	defer held.Unlock(ctx)
+
+	// Check at most 3 more times, backing off from 10 ms.
+	_, err := locks.Lock(ctx, "invoice:9", dlock.WithRetry(dlock.ExponentialRetry(10*time.Millisecond, 100*time.Millisecond, 3)))
+	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
+	// Output: true
+}

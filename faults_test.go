@@ -1,0 +1,258 @@
+package dlock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+)
+
+func TestMutualExclusionGoroutines(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const workers, each = 8, 25
+	var wg sync.WaitGroup
+	var inside, overlaps atomic.Int32
+	for i := 0; i < workers; i++ {
+		c := newClientOn(t, srv.Client(t)) // a Client per worker, as separate services would have
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				err := c.Do(ctx, "counter", func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					defer inside.Add(-1)
+					v, _ := rdb.Get(ctx, "count").Int()
+					return rdb.Set(ctx, "count", v+1, 0).Err()
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, _ := rdb.Get(ctx, "count").Int(); got != workers*each {
+		t.Errorf("count = %d, want %d", got, workers*each)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping critical sections", overlaps.Load())
+	}
+}
+
+// worker starts this test binary as a separate process in the given role.
+func worker(t *testing.T, srv *redistest.Server, role string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, "DLOCK_TEST_ADDR="+srv.Addr())
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestMutualExclusionProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const procs, each = 4, 25
+	var cmds []*exec.Cmd
+	for i := 0; i < procs; i++ {
+		cmd := worker(t, srv, "counter", "DLOCK_TEST_N=25")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}
+	if got, _ := rdb.Get(ctx, "count").Int(); got != procs*each {
+		t.Errorf("count = %d, want %d", got, procs*each)
+	}
+	if n := rdb.LLen(ctx, "overlaps").Val(); n != 0 {
+		t.Errorf("%d overlapping critical sections", n)
+	}
+}
+
+func TestKilledHolderFreesLockAfterLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClientOn(t, srv.Client(t))
+	cmd := worker(t, srv, "holder")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "locked") {
+		t.Fatalf("holder said %q, %v", line, err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	killed := time.Now()
+	l, err := c.Lock(context.Background(), "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	// The holder renewed its 500 ms lease every ~167 ms until killed.
+	if d := time.Since(killed); d > 600*time.Millisecond {
+		t.Errorf("lock free %v after its holder was killed, want within the 500ms lease", d)
+	}
+}
+
+func TestHolderCutOffLearnsOfLossBeforeOthersAcquire(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	defer cut.Close()
+	holder := newClientOn(t, cut)
+	other := newClientOn(t, srv.Client(t))
+	ctx := context.Background()
+
+	l := mustLock(t, holder, "partition", WithTTL(400*time.Millisecond))
+	proxy.Freeze() // renewals stop reaching Redis
+	var lostAt time.Time
+	lostSeen := make(chan struct{})
+	go func() {
+		<-l.Done()
+		lostAt = time.Now()
+		close(lostSeen)
+	}()
+	l2, err := other.Lock(ctx, "partition")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquiredAt := time.Now()
+	defer l2.Unlock(ctx)
+	select {
+	case <-lostSeen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder never learned it lost the lock")
+	}
+	if !lostAt.Before(acquiredAt) {
+		t.Errorf("holder learned of the loss %v after another client acquired", lostAt.Sub(acquiredAt))
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("cause = %v", context.Cause(l.Context()))
+	}
+	if l2.Fence() <= l.Fence() {
+		t.Error("new holder's fence is not larger")
+	}
+	proxy.Thaw()
+}
+
+func TestRedisRestartWhileHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClientOn(t, srv.Client(t))
+	l := mustLock(t, c, "restart", WithTTL(300*time.Millisecond))
+	srv.Restart(t) // no persistence: the lock and the script cache are gone
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder not told that its lock vanished")
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("cause = %v", context.Cause(l.Context()))
+	}
+	l2 := mustLock(t, c, "restart")
+	if err := l2.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	if _, err := New(nil); !errors.Is(err, ErrNilClient) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	if _, err := New(rdb, WithPrefix("")); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("empty prefix = %v", err)
+	}
+	if _, err := New(rdb, WithQueueTTL(time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
+		t.Errorf("tiny queue ttl = %v", err)
+	}
+	cases := []struct {
+		name string
+		key  string
+		opts []LockOption
+		want error
+	}{
+		{"empty key", "", nil, ErrInvalidKey},
+		{"huge key", strings.Repeat("k", 2000), nil, ErrInvalidKey},
+		{"zero ttl", "k", []LockOption{WithTTL(0)}, ErrInvalidTTL},
+		{"negative ttl", "k", []LockOption{WithTTL(-time.Second)}, ErrInvalidTTL},
+		{"absurd ttl", "k", []LockOption{WithTTL(365 * 24 * time.Hour)}, ErrInvalidTTL},
+		{"negative max hold", "k", []LockOption{WithMaxHold(-1)}, ErrInvalidTTL},
+		{"conflict", "k", []LockOption{WithoutRenewal(), WithMaxHold(time.Second)}, ErrInvalidOption},
+	}
+	for _, tc := range cases {
+		if _, err := c.Lock(ctx, tc.key, tc.opts...); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Lock = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := c.TryLock(ctx, tc.key, tc.opts...); !errors.Is(err, tc.want) {
+			t.Errorf("%s: TryLock = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if err := c.Do(ctx, "k", nil); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Do(nil fn) = %v", err)
+	}
+}
+
+func TestWrongTypeKey(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	rdb.Set(ctx, c.keys("str").lock, "not a lock", 0)
+	if _, err := c.TryLock(ctx, "str"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("TryLock on a string key = %v, want ErrWrongType", err)
+	}
+	if _, err := c.Lock(ctx, "str"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("Lock on a string key = %v, want ErrWrongType", err)
+	}
+	if rdb.Get(ctx, c.keys("str").lock).Val() != "not a lock" {
+		t.Error("the foreign value was changed")
+	}
+	rdb.Set(ctx, c.keys("fence").fence, "x", 0)
+	rdb.HSet(ctx, c.keys("fence").fence+"x", "a", 1)
+	if _, err := c.TryLock(ctx, "fence"); err == nil {
+		t.Error("TryLock with a corrupt fence counter succeeded")
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	c := newClientOn(t, rdb)
+	srv.Stop(t)
+	ctx := context.Background()
+	_, err := c.Lock(ctx, "down")
+	if err == nil || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock with Redis down = %v, want the connection error", err)
+	}
+	if _, err := c.TryLock(ctx, "down"); err == nil {
+		t.Fatal("TryLock with Redis down succeeded")
+	}
+	// goleak in TestMain checks that nothing was left running.
+}

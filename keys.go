@@ -1,0 +1,42 @@
+package dlock
+
+import "fmt"
+
+// lockKeys are the Redis names one lock uses. The user's key is wrapped in
+// braces so that all of them share one Redis Cluster hash tag and a script
+// can touch them together. If the key itself contains '}', the tag ends
+// early, but at the same place in every name, so they still share a slot;
+// the names stay distinct because only the lock name ends with '}'.
+type lockKeys struct {
+	lock    string // hash: owner token -> hold count, plus metadata fields
+	fence   string // string: the last fencing token issued
+	queue   string // sorted set: waiting tokens by arrival
+	waiters string // hash: waiting token -> "deadline lease meta"
+	channel string // pub/sub channel for hand-over messages
+}
+
+func (c *Client) keys(key string) lockKeys {
+	base := c.cfg.prefix + "{" + key + "}"
+	return lockKeys{
+		lock:    base,
+		fence:   base + ":fence",
+		queue:   base + ":queue",
+		waiters: base + ":waiters",
+		channel: base + ":wake",
+	}
+}
+
+// all returns the names in the order the scripts expect as KEYS.
+func (k lockKeys) all() []string {
+	return []string{k.lock, k.fence, k.queue, k.waiters, k.channel}
+}
+
+func validateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("%w: key longer than %d bytes", ErrInvalidKey, maxKeyLen)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// releaseTimeout bounds the release that Do and an abandoned wait send on
+// their own (the caller's context may already be over by then).
+const releaseTimeout = 5 * time.Second
+
+// heldKey finds, in a context, the hold a Client has on a key: a Lock call
+// with such a context re-enters instead of waiting for itself.
+type heldKey struct {
+	c   *Client
+	key string
+}
+
+// Lock is a held lock. Its methods are safe for concurrent use.
+//
+// The lock's Context is cancelled the moment the lock cannot be trusted any
+// more: Unlock (cause ErrReleased), or loss (cause ErrLockLost) when a
+// renewal finds another owner or the lease runs out unrenewed. Loss is
+// declared before the lease could run out in Redis, measured from before
+// the acquire request was sent, less a drift margin; so while the Context
+// is live, no other client can hold the lock (see docs/safety.md for the
+// assumptions: no process pause longer than that margin, no failover).
+type Lock struct {
+	c     *Client
+	h     *hold
+	level int // hold count this Lock accounts for; Unlock leaves level-1
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	released bool
+	unsure   bool // a release was sent but its reply was lost
+}
+
+// Key returns the lock's name, as given to Lock.
+func (l *Lock) Key() string { return l.h.key }
+
+// Token returns the random owner token identifying this holder in Redis.
+func (l *Lock) Token() string { return l.h.token }
+
+// Fence returns the fencing token: strictly greater than that of every
+// earlier holder of this key. Pass it to the protected resource and have it
+// reject writes carrying a smaller one than it has seen; that stops a holder
+// that paused past its lease. Reentrant Locks share their outer Lock's fence.
+func (l *Lock) Fence() uint64 { return l.h.fence }
+
+// Context returns a context that is cancelled when the lock is released or
+// lost; context.Cause returns ErrReleased or an error wrapping ErrLockLost.
+// Passing it (or a context derived from it) to Lock for the same key
+// re-enters the lock.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done returns a channel closed when the lock is released or lost.
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Extend resets the lease to ttl from now and makes ttl the lease the
+// watchdog keeps renewing. It fails with ErrLockLost if the lock is no
+// longer held.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+	}
+	if err := l.live(); err != nil {
+		return err
+	}
+	start := time.Now()
+	n, err := extendScript.Run(ctx, l.c.rdb, []string{l.h.keys.lock}, l.h.token, ms(ttl)).Int64()
+	if err != nil {
+		return redisError("extend", l.h.key, err)
+	}
+	if n != 1 {
+		return l.lost("extend")
+	}
+	l.c.dog.extended(l.h, start, ttl)
+	return nil
+}
+
+// TTL returns how long Redis will keep the lock if it is not renewed.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.live(); err != nil {
+		return 0, err
+	}
+	n, err := ttlScript.Run(ctx, l.c.rdb, []string{l.h.keys.lock}, l.h.token).Int64()
+	if err != nil {
+		return 0, redisError("ttl", l.h.key, err)
+	}
+	if n == -3 {
+		return 0, l.lost("ttl")
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// Unlock releases this hold: a reentrant Lock gives back its level, the
+// outermost one releases the lock and hands it to the next waiter. It
+// returns an error wrapping ErrNotHeld if the lock was not held any more
+// (and ErrLockLost too if it had been lost). Calling Unlock again after a
+// network error is safe: it never releases more than this Lock's own hold.
+func (l *Lock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.h.key, ErrNotHeld)
+	}
+	wasLive := l.h.ctx.Err() == nil
+	left, err := releaseScript.Run(ctx, l.c.rdb, l.h.keys.all(), l.h.token, l.level).Int64()
+	if err != nil {
+		l.unsure = true
+		return redisError("unlock", l.h.key, err)
+	}
+	l.released = true
+	if left < 0 && !(l.unsure && wasLive && time.Now().Before(l.c.dog.deadline(l.h))) {
+		// Not held, and not because an earlier try of ours released it (the
+		// lease was still trusted, so only that try can have removed it).
+		err := fmt.Errorf("dlock: unlock %q: %w", l.h.key, ErrNotHeld)
+		if !wasLive {
+			err = fmt.Errorf("%w: %w", err, ErrLockLost)
+		}
+		l.c.dog.remove(l.h)
+		l.h.cancel(fmt.Errorf("%w: found released at unlock", ErrLockLost))
+		l.cancel(ErrReleased)
+		return err
+	}
+	if left <= 0 {
+		l.c.dog.remove(l.h)
+		l.h.cancel(ErrReleased)
+	}
+	l.cancel(ErrReleased)
+	return nil
+}
+
+// live returns the loss error if the lock's hold is over.
+func (l *Lock) live() error {
+	if l.h.ctx.Err() != nil {
+		return fmt.Errorf("dlock: %q: %w", l.h.key, context.Cause(l.h.ctx))
+	}
+	return nil
+}
+
+// lost records that Redis says the token no longer holds the lock.
+func (l *Lock) lost(op string) error {
+	cause := fmt.Errorf("%w: %s found another owner or none", ErrLockLost, op)
+	l.c.dog.remove(l.h)
+	l.c.dog.lose(l.h, cause)
+	return fmt.Errorf("dlock: %s %q: %w", op, l.h.key, cause)
+}

@@ -1,0 +1,487 @@
+package dlock
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestLockAndUnlock(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "order:42")
+
+	if l.Key() != "order:42" {
+		t.Errorf("Key() = %q", l.Key())
+	}
+	if b, err := hex.DecodeString(l.Token()); err != nil || len(b) < 16 {
+		t.Errorf("Token() = %q, want >= 128 random bits in hex", l.Token())
+	}
+	if l.Fence() == 0 {
+		t.Error("Fence() = 0")
+	}
+	k := c.keys("order:42")
+	if n, _ := rdb.HGet(ctx, k.lock, l.Token()).Int(); n != 1 {
+		t.Errorf("hold count in Redis = %d, want 1", n)
+	}
+	if f, _ := rdb.HGet(ctx, k.lock, ":fence").Uint64(); f != l.Fence() {
+		t.Errorf("fence in Redis = %d, want %d", f, l.Fence())
+	}
+	ttl, err := l.TTL(ctx)
+	if err != nil || ttl <= 29*time.Second || ttl > DefaultTTL {
+		t.Errorf("TTL() = %v, %v; want about %v", ttl, err, DefaultTTL)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, k.lock).Val(); n != 0 {
+		t.Error("lock key still exists after Unlock")
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+		t.Errorf("Cause after Unlock = %v, want ErrReleased", cause)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Unlock = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestMillisecondLeases(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, lease := range []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond} {
+		l := mustLock(t, c, "ms", WithTTL(lease), WithoutRenewal())
+		pttl := rdb.PTTL(ctx, c.keys("ms").lock).Val()
+		if pttl > lease || pttl < lease-100*time.Millisecond {
+			t.Errorf("lease %v: PTTL = %v", lease, pttl)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFixedLeaseIsLostBeforeRedisExpiresIt(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	start := time.Now()
+	l := mustLock(t, c, "fixed", WithTTL(300*time.Millisecond), WithoutRenewal())
+	<-l.Done()
+	lostAfter := time.Since(start)
+	// Lost locally first: Redis still has the key when the holder is told.
+	if rdb.Exists(ctx, c.keys("fixed").lock).Val() != 1 {
+		t.Error("key already gone when the holder learned of the loss")
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l.Context()))
+	}
+	if lostAfter < 280*time.Millisecond || lostAfter > 300*time.Millisecond {
+		t.Errorf("lost after %v, want within the 300ms lease less the drift margin", lostAfter)
+	}
+	// Redis still had it, so Unlock still removes it (nobody else held it).
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after local loss = %v", err)
+	}
+	if rdb.Exists(ctx, c.keys("fixed").lock).Val() != 0 {
+		t.Error("Unlock left the key")
+	}
+}
+
+func TestTryLockWhenHeld(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "busy")
+	if _, err := c.TryLock(ctx, "busy"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock on a held lock = %v, want ErrNotObtained", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.TryLock(ctx, "busy")
+	if err != nil {
+		t.Fatalf("TryLock after release: %v", err)
+	}
+	_ = l2.Unlock(ctx)
+}
+
+func TestWrongTokenCannotRelease(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "mine")
+	k := c.keys("mine")
+	n, err := releaseScript.Run(ctx, rdb, k.all(), newToken(), 1).Int()
+	if err != nil || n != -1 {
+		t.Fatalf("release with a foreign token = %d, %v; want -1 (not held)", n, err)
+	}
+	if rdb.HGet(ctx, k.lock, l.Token()).Val() != "1" {
+		t.Fatal("foreign token released the lock")
+	}
+	if _, err := l.TTL(ctx); err != nil {
+		t.Fatalf("holder lost its lock: %v", err)
+	}
+}
+
+func TestFencesStrictlyIncrease(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb)
+	ctx := context.Background()
+	var last uint64
+	for i := 0; i < 20; i++ {
+		c := []*Client{c1, c2}[i%2]
+		l := mustLock(t, c, "fenced")
+		if l.Fence() <= last {
+			t.Fatalf("acquisition %d: fence %d <= previous %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if i == 10 {
+			// A failover can lose the counter: tokens must still grow.
+			rdb.Del(ctx, c.keys("fenced").fence)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReentrancy(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("re")
+	outer := mustLock(t, c, "re")
+	inner, err := c.Lock(outer.Context(), "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	innermost, err := c.TryLock(inner.Context(), "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.Token() != outer.Token() || inner.Fence() != outer.Fence() || innermost.Fence() != outer.Fence() {
+		t.Error("re-entered lock has a different token or fence")
+	}
+	if n, _ := rdb.HGet(ctx, k.lock, outer.Token()).Int(); n != 3 {
+		t.Errorf("hold count = %d, want 3", n)
+	}
+	// Another Client (or a context not derived from the lock) must wait.
+	if _, err := c.TryLock(ctx, "re"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock without the lock's context = %v, want ErrNotObtained", err)
+	}
+	if err := innermost.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A repeated release of the same level (a retry after a lost reply)
+	// must not give back a second hold.
+	if _, err := releaseScript.Run(ctx, rdb, k.all(), outer.Token(), 3).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.HGet(ctx, k.lock, outer.Token()).Int(); n != 2 {
+		t.Errorf("hold count after a repeated release = %d, want 2", n)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inner.Context().Err() == nil || outer.Context().Err() != nil {
+		t.Error("inner Unlock should end only the inner context")
+	}
+	if n, _ := rdb.HGet(ctx, k.lock, outer.Token()).Int(); n != 1 {
+		t.Errorf("hold count = %d, want 1", n)
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, k.lock).Val() != 0 {
+		t.Error("lock not released by the last Unlock")
+	}
+}
+
+func TestUnlockRetryAfterLostReply(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "retry")
+	// The first Unlock reached Redis but its reply was lost.
+	if _, err := releaseScript.Run(ctx, rdb, c.keys("retry").all(), l.Token(), 1).Result(); err != nil {
+		t.Fatal(err)
+	}
+	l.unsure = true
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("retried Unlock = %v, want nil", err)
+	}
+
+	// Without a lost reply, finding the lock gone is reported.
+	l2 := mustLock(t, c, "retry")
+	rdb.Del(ctx, c.keys("retry").lock)
+	if err := l2.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock of a vanished lock = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
+	// Waiters re-check only every 20 s here: a prompt wake-up can only
+	// come from the hand-over message.
+	c1, rdb, _ := newTestClient(t, WithQueueTTL(time.Minute))
+	c2 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	l := mustLock(t, c1, "wake")
+	got := make(chan *Lock, 1)
+	go func() {
+		l2, err := c2.Lock(ctx, "wake", WithRetry(FixedRetry(time.Hour, 0)))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
+	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
+		n, _ := rdb.PubSubShardNumSub(ctx, c1.keys("wake").channel).Result()
+		return n[c1.keys("wake").channel] == 1
+	})
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		if l2 == nil {
+			return
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("waiter woke %v after release", d)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Error("handed-over lock has no fresh fence")
+		}
+		if n, _ := rdb.HGet(ctx, c1.keys("wake").lock, l2.Token()).Int(); n != 1 {
+			t.Error("handed-over lock not held by the waiter in Redis")
+		}
+		_ = l2.Unlock(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the release")
+	}
+}
+
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "fifo")
+	const n = 5
+	order := make(chan int, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			w, err := c.Lock(ctx, "fifo")
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			order <- i
+			_ = w.Unlock(ctx)
+		}()
+		// Each waiter joins before the next one starts.
+		waitUntil(t, 5*time.Second, "waiter "+strconv.Itoa(i), func() bool { return queued(t, rdb, c, "fifo") == int64(i+1) })
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for want := 0; want < n; want++ {
+		if got := <-order; got != want {
+			t.Fatalf("waiter %d got the lock in turn %d", got, want)
+		}
+	}
+}
+
+func TestCancelledWaiterTakesNothing(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "cancel")
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Lock(wctx, "cancel")
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock with an expiring context = %v, want DeadlineExceeded (not ErrNotObtained)", err)
+	}
+	if n := queued(t, rdb, c, "cancel"); n != 0 {
+		t.Errorf("%d entries left in the queue", n)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, c.keys("cancel").lock).Val() != 0 {
+		t.Error("the cancelled waiter was handed the lock")
+	}
+}
+
+func TestDeadWaiterIsSkipped(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithQueueTTL(60*time.Millisecond))
+	ctx := context.Background()
+	l := mustLock(t, c, "dead")
+	k := c.keys("dead")
+	// A waiter that queued and then died: it never refreshes its entry.
+	dead := newToken()
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", 60, 60).Result(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := c.Lock(ctx, "dead")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitUntil(t, 5*time.Second, "the live waiter to queue", func() bool { return queued(t, rdb, c, "dead") == 2 })
+	waitUntil(t, 5*time.Second, "the dead entry to expire", func() bool {
+		e, _ := rdb.HGet(ctx, k.waiters, dead).Result()
+		d, _ := strconv.ParseInt(e[:13], 10, 64)
+		return time.Now().UnixMilli() > d+5
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		return
+	}
+	if rdb.HExists(ctx, k.lock, dead).Val() {
+		t.Error("the lock was handed to a dead waiter")
+	}
+	_ = w.Unlock(ctx)
+}
+
+func TestRetryStrategyGivesUp(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "giveup")
+	defer l.Unlock(ctx)
+	_, err := c.Lock(ctx, "giveup", WithRetry(FixedRetry(10*time.Millisecond, 3)))
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock with 3 retries = %v, want ErrNotObtained", err)
+	}
+	if n := queued(t, rdb, c, "giveup"); n != 0 {
+		t.Errorf("%d entries left in the queue", n)
+	}
+	if _, err := c.Lock(ctx, "giveup", WithRetry(NoRetry())); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock with NoRetry = %v, want ErrNotObtained", err)
+	}
+}
+
+func TestDo(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	ran := false
+	err := c.Do(ctx, "job", func(ctx context.Context) error {
+		ran = true
+		// The function's context re-enters the lock.
+		return c.Do(ctx, "job", func(context.Context) error { return nil })
+	})
+	if err != nil || !ran {
+		t.Fatalf("Do = %v, ran = %v", err, ran)
+	}
+	if rdb.Exists(ctx, c.keys("job").lock).Val() != 0 {
+		t.Error("Do did not release the lock")
+	}
+	boom := errors.New("boom")
+	if err := c.Do(ctx, "job", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("Do = %v, want fn's error", err)
+	}
+	err = c.Do(ctx, "job", func(ctx context.Context) error {
+		<-ctx.Done() // the lease runs out
+		return nil
+	}, WithTTL(100*time.Millisecond), WithoutRenewal())
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("Do whose lock was lost = %v, want ErrLockLost", err)
+	}
+}
+
+func TestWatchdogRenewsUntilUnlock(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "renewed", WithTTL(150*time.Millisecond))
+	// Time is the subject here: hold for several leases.
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost while renewed: %v", context.Cause(l.Context()))
+	case <-time.After(600 * time.Millisecond):
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL = %v, %v", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, c.keys("renewed").lock).Val() != 0 {
+		t.Error("renewal brought the lock back after Unlock")
+	}
+}
+
+func TestMaxHoldStopsRenewal(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	start := time.Now()
+	l := mustLock(t, c, "bounded", WithTTL(100*time.Millisecond), WithMaxHold(250*time.Millisecond))
+	<-l.Done()
+	held := time.Since(start)
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("cause = %v", context.Cause(l.Context()))
+	}
+	if held < 250*time.Millisecond || held > 450*time.Millisecond {
+		t.Errorf("held %v, want max hold (250ms) plus at most one lease", held)
+	}
+}
+
+func TestExtend(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "ext", WithTTL(time.Second))
+	if err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := rdb.PTTL(ctx, c.keys("ext").lock).Val(); pttl < 4*time.Second {
+		t.Errorf("PTTL after Extend = %v", pttl)
+	}
+	if err := l.Extend(ctx, 0); !errors.Is(err, ErrInvalidTTL) {
+		t.Errorf("Extend(0) = %v", err)
+	}
+	rdb.Del(ctx, c.keys("ext").lock)
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Extend of a vanished lock = %v, want ErrLockLost", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Error("context not cancelled after Extend found the lock gone")
+	}
+}
+
+func TestClose(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "closing")
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || !errors.Is(cause, ErrClosed) {
+		t.Errorf("cause after Close = %v", cause)
+	}
+	if _, err := c.Lock(ctx, "closing"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Lock after Close = %v", err)
+	}
+}
+
+func TestKeysWithBraces(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, key := range []string{"a{b}c", "}{", "{x}", "a}:fence"} {
+		l := mustLock(t, c, key)
+		if l2, err := c.TryLock(ctx, key); err == nil {
+			l2.Unlock(ctx)
+			t.Errorf("%q: locked twice", key)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%q: %v", key, err)
+		}
+	}
+	if n := rdb.Exists(ctx, c.keys("a{b}c").lock, c.keys("}{").lock).Val(); n != 0 {
+		t.Error("locks left behind")
+	}
+}

@@ -1,0 +1,33 @@
+-- acquire: take the lock for ARGV[1] if it is free and nobody is queued
+-- before it; otherwise optionally join the queue.
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata,
+-- ARGV[4] '1' to join the queue, ARGV[5] queue entry ttl ms,
+-- ARGV[6] lease ms to grant if the lock is handed over while queued.
+-- Returns {1, fence} when taken now, {2, fence} when it had been handed
+-- over to this token, {0, pttl} when held by someone else.
+local token = ARGV[1]
+local function wait(now_ms, now_us)
+  if ARGV[4] == '1' then
+    enqueue(token, ARGV[6], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- HGET fails with WRONGTYPE if the key is not a lock: nothing is written.
+  if redis.call('HGET', KEYS[1], token) then
+    return {2, tonumber(redis.call('HGET', KEYS[1], ':fence'))}
+  end
+  if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
+  return wait(clock())
+end
+
+local now_ms, now_us = clock()
+local head = live_head(now_ms)
+if head and head ~= token then
+  -- The holder's lease ran out with waiters queued: the first one goes first.
+  hand_over(now_ms, now_us)
+  return wait(now_ms, now_us)
+end
+if head then dequeue(token) end
+return {1, tonumber(grant(token, ARGV[2], ARGV[3], now_ms, now_us))}

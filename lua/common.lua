@@ -1,0 +1,80 @@
+-- Shared by the scripts that can take or hand over a lock. Every script that
+-- includes this file is called with the same five keys, which share one
+-- Redis Cluster hash tag:
+--   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
+--   KEYS[2] fence counter: the last fencing token issued for the lock
+--   KEYS[3] queue: sorted set of waiting tokens, scored by arrival
+--   KEYS[4] waiters: hash token -> "deadline_ms lease_ms meta"
+--   KEYS[5] wake channel: hand-over messages "token fence"
+
+-- clock returns the server time in milliseconds and in microseconds. TTLs
+-- follow the server clock, so waiter deadlines do too.
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- grant makes token the holder with one hold and a fresh fencing token.
+-- The fence is max(last + 1, server time in microseconds): it increases
+-- even if the counter is lost (a failover that dropped the last writes),
+-- as long as the server clock does not jump back further than that.
+local function grant(token, lease, meta, now_ms, now_us)
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  if now_us > fence then fence = now_us end
+  fence = string.format('%.0f', fence)
+  redis.call('SET', KEYS[2], fence)
+  redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return fence
+end
+
+-- live_head returns the first waiter whose entry has not expired, with its
+-- lease and metadata, dropping the expired entries in front of it. A waiter
+-- that died leaves the queue when its entry expires instead of blocking it.
+local function live_head(now_ms)
+  while true do
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not head then return nil end
+    local entry = redis.call('HGET', KEYS[4], head)
+    if entry then
+      local deadline, lease, meta = string.match(entry, '^(%d+) (%d+) (.*)$')
+      if deadline and tonumber(deadline) > now_ms then return head, lease, meta end
+    end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
+  end
+end
+
+-- dequeue removes token from the queue.
+local function dequeue(token)
+  if redis.call('ZREM', KEYS[3], token) == 1 then
+    redis.call('HDEL', KEYS[4], token)
+  end
+end
+
+-- enqueue adds token at the back of the queue, or refreshes its entry and
+-- keeps its place if it is already queued.
+local function enqueue(token, lease, meta, ttl, now_ms, now_us)
+  redis.call('ZADD', KEYS[3], 'NX', now_us, token)
+  redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. meta)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+
+-- hand_over gives the free lock to the live head of the queue, if any, and
+-- tells that waiter alone (the others ignore a message naming another
+-- token), so the new holder needs no further round trip.
+local function hand_over(now_ms, now_us)
+  local head, lease, meta = live_head(now_ms)
+  if not head then return nil end
+  dequeue(head)
+  local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
+  -- Sharded pub/sub keeps the message on the lock's shard; servers before
+  -- 7.0 lack it and get the classic command.
+  local sent = redis.pcall('SPUBLISH', KEYS[5], msg)
+  if type(sent) == 'table' and sent.err then
+    redis.call('PUBLISH', KEYS[5], msg)
+  end
+  return head
+end

@@ -1,0 +1,20 @@
+-- release: undo holds of ARGV[1] down to ARGV[2] - 1 (ARGV[2] is the hold
+-- level being released). Setting the count rather than decrementing makes
+-- a repeated release of the same level harmless. The last hold deletes the
+-- lock and hands it to the next waiter. A token that does not hold the
+-- lock only leaves the queue (a waiter giving up).
+-- Returns the holds left (0 when released), or -1 when not held.
+local count = redis.call('HGET', KEYS[1], ARGV[1])
+if not count then
+  dequeue(ARGV[1])
+  return -1
+end
+local keep = tonumber(ARGV[2]) - 1
+if tonumber(count) <= keep then return tonumber(count) end
+if keep > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], keep)
+  return keep
+end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[3]) == 1 then hand_over(clock()) end
+return 0

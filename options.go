@@ -1,0 +1,139 @@
+package dlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultTTL is the lease of a lock: renewed by the watchdog every
+	// DefaultTTL/3 while held, so a crashed holder frees the lock within it.
+	DefaultTTL = 30 * time.Second
+	// MinTTL and MaxTTL bound a lease. Below MinTTL the drift margin and a
+	// round trip eat the lease; above MaxTTL a crashed holder blocks others
+	// for longer than any sane job should rely on without renewal.
+	MinTTL = 10 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+	// DefaultPrefix starts every Redis key and channel dlock uses.
+	DefaultPrefix = "dlock:"
+	// DefaultQueueTTL is how long a waiter keeps its place in a lock's queue
+	// without refreshing it. A waiter that dies leaves the queue within it.
+	DefaultQueueTTL = 3 * time.Second
+	// maxKeyLen bounds a lock name; Redis allows more, but a name this long
+	// is a bug (or a payload) rather than a resource name.
+	maxKeyLen = 1024
+)
+
+// Option configures a Client.
+type Option func(*clientConfig)
+
+type clientConfig struct {
+	prefix   string
+	logger   *slog.Logger
+	name     string
+	queueTTL time.Duration
+}
+
+// WithPrefix sets the prefix of all keys and channels (default "dlock:").
+// Clients that must exclude each other need the same prefix.
+func WithPrefix(prefix string) Option {
+	return func(c *clientConfig) { c.prefix = prefix }
+}
+
+// WithLogger sends the Client's log records (lost locks and failed renewals
+// are warnings) to l. By default the Client logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *clientConfig) { c.logger = l }
+}
+
+// WithClientName names this Client in the holder metadata stored with each
+// lock it takes, for operators reading `dlock inspect`.
+func WithClientName(name string) Option {
+	return func(c *clientConfig) { c.name = name }
+}
+
+// WithQueueTTL sets how long a waiter keeps its place in a lock's queue
+// without refreshing it (default 3 s). Waiters refresh every third of it, so
+// a waiter whose process dies stops blocking the queue within this time.
+func WithQueueTTL(d time.Duration) Option {
+	return func(c *clientConfig) { c.queueTTL = d }
+}
+
+func (c *clientConfig) validate() error {
+	if c.prefix == "" {
+		return fmt.Errorf("%w: empty prefix", ErrInvalidOption)
+	}
+	if c.queueTTL < 3*MinTTL || c.queueTTL > time.Hour {
+		return fmt.Errorf("%w: queue ttl %v outside [%v, 1h]", ErrInvalidTTL, c.queueTTL, 3*MinTTL)
+	}
+	return nil
+}
+
+// LockOption configures one acquisition (Lock, TryLock, Do).
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl     time.Duration
+	renew   bool
+	maxHold time.Duration
+	retry   RetryStrategy
+	meta    string
+}
+
+// WithTTL sets the lease (default 30 s): how long Redis keeps the lock if
+// the holder stops renewing it. With renewal on, it is also how long a
+// crashed holder blocks others. Must be within [MinTTL, MaxTTL].
+func WithTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.ttl = d }
+}
+
+// WithoutRenewal turns the watchdog off for this lock: the lease is fixed
+// and the lock is lost when it runs out (the lock's Context says so).
+func WithoutRenewal() LockOption {
+	return func(c *lockConfig) { c.renew = false }
+}
+
+// WithMaxHold stops renewal once the lock has been held for d, so a holder
+// stuck in its critical section cannot keep the lock forever. The lock is
+// then lost when the last lease runs out.
+func WithMaxHold(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.maxHold = d }
+}
+
+// WithRetry bounds how Lock waits: it re-checks the lock at the delays the
+// strategy gives (or earlier, when the lock is handed over) and gives up
+// with ErrNotObtained when the strategy says stop. Without it Lock waits
+// until its context ends. TryLock ignores it.
+func WithRetry(s RetryStrategy) LockOption {
+	return func(c *lockConfig) { c.retry = s }
+}
+
+// WithMetadata stores a short free-form string with the lock's holder
+// metadata (for example a job id), shown by `dlock inspect`.
+func WithMetadata(s string) LockOption {
+	return func(c *lockConfig) { c.meta = s }
+}
+
+func newLockConfig(opts []LockOption) (lockConfig, error) {
+	cfg := lockConfig{ttl: DefaultTTL, renew: true}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.ttl < MinTTL || cfg.ttl > MaxTTL {
+		return cfg, fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, cfg.ttl, MinTTL, MaxTTL)
+	}
+	if cfg.maxHold < 0 {
+		return cfg, fmt.Errorf("%w: negative max hold %v", ErrInvalidTTL, cfg.maxHold)
+	}
+	if cfg.maxHold > 0 && !cfg.renew {
+		return cfg, fmt.Errorf("%w: WithMaxHold needs renewal, but WithoutRenewal was given", ErrInvalidOption)
+	}
+	if len(cfg.meta) > maxKeyLen {
+		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, maxKeyLen)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,68 @@
+package dlock
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// RetryStrategy bounds how long Lock waits. Lock asks it, after each failed
+// check, how long to sleep before checking again; a hand-over or release of
+// the lock wakes the waiter earlier. Strategies hold no state: one value can
+// be shared by any number of goroutines and calls.
+type RetryStrategy interface {
+	// Backoff returns the sleep before re-check number attempt (1, 2, ...)
+	// and false when the caller should give up.
+	Backoff(attempt int) (time.Duration, bool)
+}
+
+// NoRetry gives up after the first check, like TryLock.
+func NoRetry() RetryStrategy { return noRetry{} }
+
+type noRetry struct{}
+
+func (noRetry) Backoff(int) (time.Duration, bool) { return 0, false }
+
+// FixedRetry re-checks every interval, at most maxAttempts times
+// (0 means no limit: wait until the context ends).
+func FixedRetry(interval time.Duration, maxAttempts int) RetryStrategy {
+	return fixedRetry{interval: interval, max: maxAttempts}
+}
+
+type fixedRetry struct {
+	interval time.Duration
+	max      int
+}
+
+func (r fixedRetry) Backoff(attempt int) (time.Duration, bool) {
+	if r.max > 0 && attempt > r.max {
+		return 0, false
+	}
+	return r.interval, true
+}
+
+// ExponentialRetry re-checks after delays that double from base up to max,
+// each drawn uniformly from [d/2, d] so that waiters spread out, at most
+// maxAttempts times (0 means no limit).
+func ExponentialRetry(base, max time.Duration, maxAttempts int) RetryStrategy {
+	return exponentialRetry{base: base, max: max, attempts: maxAttempts}
+}
+
+type exponentialRetry struct {
+	base, max time.Duration
+	attempts  int
+}
+
+func (r exponentialRetry) Backoff(attempt int) (time.Duration, bool) {
+	if r.attempts > 0 && attempt > r.attempts {
+		return 0, false
+	}
+	d := r.base
+	for i := 1; i < attempt && d < r.max; i++ {
+		d *= 2
+	}
+	d = min(d, r.max)
+	if d <= 1 {
+		return d, true
+	}
+	return d/2 + rand.N(d/2+1), true
+}

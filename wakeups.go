@@ -1,0 +1,308 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// wakeups delivers hand-over messages to the goroutines waiting for locks.
+// A Client has one pub/sub connection (on Redis Cluster, one per waited
+// channel, since a sharded subscription is bound to its slot's node);
+// channels are reference counted by waiters and kept subscribed for a
+// short linger after the last one leaves, so a key that is waited on again
+// and again costs no SUBSCRIBE/UNSUBSCRIBE round trips.
+type wakeups struct {
+	rdb    redis.UniversalClient
+	linger time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	sharded  *bool // does the server have SSUBSCRIBE; nil until asked
+	shards   map[string]*shard
+	channels map[string]*channelSubs
+}
+
+// shard is one pub/sub connection and the goroutine reading it.
+type shard struct {
+	name    string
+	ps      *redis.PubSub
+	stop    chan struct{}
+	done    chan struct{}
+	reading bool // the read goroutine runs
+	count   int  // channels subscribed through it
+}
+
+type channelSubs struct {
+	shard   *shard
+	waiters map[string]*waiter // by token
+	ready   chan struct{}      // closed when the server confirmed the subscription
+	isReady bool
+	idle    *time.Timer // pending unsubscribe after the last waiter left
+}
+
+// waiter is one goroutine waiting for the lock on one channel.
+type waiter struct {
+	w       *wakeups
+	channel string
+	token   string
+	granted chan uint64   // the fence of a lock handed over to token
+	nudge   chan struct{} // messages may have been missed: check again
+	ready   <-chan struct{}
+}
+
+func newWakeups(rdb redis.UniversalClient) *wakeups {
+	return &wakeups{
+		rdb:      rdb,
+		linger:   5 * time.Second,
+		shards:   make(map[string]*shard),
+		channels: make(map[string]*channelSubs),
+	}
+}
+
+// subscribe registers token as waiting on channel. The returned waiter's
+// ready channel closes once messages on channel are certain to arrive; a
+// hand-over that happened before that must be found by checking again.
+func (w *wakeups) subscribe(ctx context.Context, channel, token string) (*waiter, error) {
+	sharded := w.hasSharded(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, ErrClosed
+	}
+	cs := w.channels[channel]
+	if cs == nil {
+		sh, err := w.shardFor(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter), ready: make(chan struct{})}
+		if sharded {
+			err = sh.ps.SSubscribe(ctx, channel)
+		} else {
+			err = sh.ps.Subscribe(ctx, channel)
+		}
+		if err != nil {
+			w.dropShardIfEmpty(sh)
+			return nil, err
+		}
+		sh.count++
+		w.channels[channel] = cs
+		if !sh.reading {
+			// Read only once connected: on a cluster the first
+			// subscription picks the node.
+			sh.reading = true
+			go w.read(sh)
+		}
+	}
+	if cs.idle != nil {
+		cs.idle.Stop()
+		cs.idle = nil
+	}
+	wt := &waiter{
+		w: w, channel: channel, token: token,
+		granted: make(chan uint64, 1),
+		nudge:   make(chan struct{}, 1),
+		ready:   cs.ready,
+	}
+	cs.waiters[token] = wt
+	return wt, nil
+}
+
+// hasSharded asks the server once whether it has sharded pub/sub (7.0+).
+func (w *wakeups) hasSharded(ctx context.Context) bool {
+	w.mu.Lock()
+	known := w.sharded
+	w.mu.Unlock()
+	if known != nil {
+		return *known
+	}
+	info, err := w.rdb.Do(ctx, "COMMAND", "INFO", "SSUBSCRIBE").Slice()
+	if err != nil {
+		return false // ask again next time
+	}
+	yes := len(info) == 1 && info[0] != nil
+	w.mu.Lock()
+	w.sharded = &yes
+	w.mu.Unlock()
+	return yes
+}
+
+// shardFor returns the connection to subscribe channel on. Called with mu held.
+func (w *wakeups) shardFor(ctx context.Context, channel string) (*shard, error) {
+	name := ""
+	if _, ok := w.rdb.(*redis.ClusterClient); ok {
+		name = channel
+	}
+	if sh := w.shards[name]; sh != nil {
+		return sh, nil
+	}
+	sh := &shard{name: name, stop: make(chan struct{}), done: make(chan struct{})}
+	// A PubSub without channels connects on its first subscription.
+	sh.ps = w.rdb.Subscribe(ctx)
+	w.shards[name] = sh
+	return sh, nil
+}
+
+// dropShardIfEmpty closes a shard no channel uses. Called with mu held.
+func (w *wakeups) dropShardIfEmpty(sh *shard) {
+	if sh.count > 0 {
+		return
+	}
+	delete(w.shards, sh.name)
+	close(sh.stop)
+	_ = sh.ps.Close()
+}
+
+// leave unregisters wt. The channel stays subscribed for the linger time.
+func (wt *waiter) leave() {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := w.channels[wt.channel]
+	if cs == nil || cs.waiters[wt.token] != wt {
+		return
+	}
+	delete(cs.waiters, wt.token)
+	if len(cs.waiters) > 0 || w.closed {
+		return
+	}
+	cs.idle = time.AfterFunc(w.linger, func() { w.unsubscribe(wt.channel, cs) })
+}
+
+// unsubscribe drops a channel that stayed unused for the linger time.
+func (w *wakeups) unsubscribe(channel string, cs *channelSubs) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.channels[channel] != cs || len(cs.waiters) > 0 {
+		return
+	}
+	delete(w.channels, channel)
+	sh := cs.shard
+	sh.count--
+	if sh.count == 0 && sh.name != "" {
+		w.dropShardIfEmpty(sh)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if w.sharded != nil && *w.sharded {
+		_ = sh.ps.SUnsubscribe(ctx, channel)
+	} else {
+		_ = sh.ps.Unsubscribe(ctx, channel)
+	}
+}
+
+// read dispatches the messages of one connection until it is closed.
+func (w *wakeups) read(sh *shard) {
+	defer close(sh.done)
+	backoff := time.NewTimer(0)
+	defer backoff.Stop()
+	for {
+		msg, err := sh.ps.Receive(context.Background())
+		if err != nil {
+			select {
+			case <-sh.stop:
+				return
+			default:
+			}
+			// go-redis reconnects and resubscribes on the next Receive, but
+			// messages sent meanwhile are gone: every waiter checks again.
+			w.nudgeAll(sh)
+			backoff.Reset(100 * time.Millisecond)
+			select {
+			case <-sh.stop:
+				return
+			case <-backoff.C:
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				w.markReady(m.Channel)
+			}
+		case *redis.Message:
+			w.dispatch(m.Channel, m.Payload)
+		}
+	}
+}
+
+func (w *wakeups) markReady(channel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.channels[channel]; cs != nil && !cs.isReady {
+		cs.isReady = true
+		close(cs.ready)
+	}
+}
+
+// dispatch hands a "token fence" message to the waiter it names, if it is
+// one of ours; every other waiter sleeps on.
+func (w *wakeups) dispatch(channel, payload string) {
+	token, fenceStr, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
+	fence, err := strconv.ParseUint(fenceStr, 10, 64)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.channels[channel]; cs != nil {
+		if wt := cs.waiters[token]; wt != nil {
+			select {
+			case wt.granted <- fence:
+			default:
+			}
+		}
+	}
+}
+
+func (w *wakeups) nudgeAll(sh *shard) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cs := range w.channels {
+		if cs.shard != sh {
+			continue
+		}
+		for _, wt := range cs.waiters {
+			select {
+			case wt.nudge <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// close stops all connections and their goroutines.
+func (w *wakeups) close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	for _, cs := range w.channels {
+		if cs.idle != nil {
+			cs.idle.Stop()
+		}
+	}
+	shards := w.shards
+	w.shards = map[string]*shard{}
+	for _, sh := range shards {
+		close(sh.stop)
+		_ = sh.ps.Close()
+	}
+	w.mu.Unlock()
+	for _, sh := range shards {
+		if sh.reading {
+			<-sh.done
+		}
+	}
+}

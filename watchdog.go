@@ -1,0 +1,278 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hold is one acquisition of a lock: what the watchdog renews and what is
+// lost when the lease can no longer be trusted. Reentrant Lock values share
+// the hold of the outermost one.
+type hold struct {
+	key   string
+	keys  lockKeys
+	token string
+	fence uint64
+
+	ctx    context.Context // cancelled with the reason when lost or released
+	cancel context.CancelCauseFunc
+
+	// Guarded by watchdog.mu.
+	lease      time.Duration // the lease each renewal sets
+	renew      bool          // renewal on; false after WithMaxHold ran out
+	renewUntil time.Time     // zero: renew until unlocked
+	deadline   time.Time     // the lease can be trusted before this instant
+	nextRenew  time.Time
+	busy       bool // a renewal is in flight
+}
+
+// trust records that Redis granted or reset a lease of d at some instant
+// after start. The deadline is measured from start, before the request was
+// sent, and less the drift margin, so it passes before Redis can expire the
+// key and hand the lock to someone else.
+func (h *hold) trust(start time.Time, d time.Duration) {
+	h.deadline = start.Add(d - drift(d))
+	h.nextRenew = start.Add(d / 3)
+}
+
+// watchdog renews the held locks of one Client from a single goroutine and
+// declares a lock lost when its deadline passes without a renewal. Renewals
+// due close together go to Redis in one pipelined round trip.
+type watchdog struct {
+	c *Client
+
+	mu      sync.Mutex
+	holds   map[*hold]struct{}
+	running bool
+	wakeAt  time.Time // when the loop will look again; zero if idle
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+
+	inflight sync.WaitGroup // renewal round trips under way
+}
+
+// renewTimeout bounds one renewal round trip; the lease's deadline is
+// watched separately, so this only bounds how long Close may wait.
+const renewTimeout = 5 * time.Second
+
+func newWatchdog(c *Client) *watchdog {
+	return &watchdog{
+		c:     c,
+		holds: make(map[*hold]struct{}),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// add starts watching h. It returns ErrClosed after close.
+func (w *watchdog) add(h *hold) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stop:
+		return ErrClosed
+	default:
+	}
+	w.holds[h] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+	if w.wakeAt.IsZero() || w.nextEvent(h).Before(w.wakeAt) {
+		w.poke()
+	}
+	return nil
+}
+
+// poke makes the loop look at the holds again.
+func (w *watchdog) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// remove stops watching h (it was released).
+func (w *watchdog) remove(h *hold) {
+	w.mu.Lock()
+	delete(w.holds, h)
+	w.mu.Unlock()
+}
+
+// extended records a successful Extend: the new lease is trusted from start
+// and becomes the lease the watchdog keeps renewing.
+func (w *watchdog) extended(h *hold, start time.Time, lease time.Duration) {
+	w.mu.Lock()
+	h.lease = lease
+	h.trust(start, lease)
+	w.mu.Unlock()
+	w.poke()
+}
+
+// deadline returns until when h's lease can be trusted.
+func (w *watchdog) deadline(h *hold) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return h.deadline
+}
+
+// close stops the loop and reports every held lock as lost: nothing renews
+// them any more.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	select {
+	case <-w.stop:
+		w.mu.Unlock()
+		return
+	default:
+	}
+	close(w.stop)
+	running := w.running
+	holds := w.holds
+	w.holds = map[*hold]struct{}{}
+	w.mu.Unlock()
+	if running {
+		<-w.done
+	}
+	w.inflight.Wait()
+	for h := range holds {
+		w.lose(h, fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+	}
+}
+
+func (w *watchdog) lose(h *hold, cause error) {
+	h.cancel(cause)
+	w.c.log.Warn("dlock: lock lost", "key", h.key, "fence", h.fence, "cause", cause)
+}
+
+// nextEvent is when h next needs the loop: its renewal, or its deadline.
+func (w *watchdog) nextEvent(h *hold) time.Time {
+	if h.renew && !h.busy && h.nextRenew.Before(h.deadline) {
+		return h.nextRenew
+	}
+	return h.deadline
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, lost, wait := w.scan(time.Now())
+		for h, cause := range lost {
+			w.lose(h, cause)
+		}
+		if len(due) > 0 {
+			w.inflight.Add(1)
+			go w.renew(due)
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-w.kick:
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// scan sorts the holds at now: those past their deadline are lost, those
+// whose renewal is due (or close enough to batch with it) are marked busy
+// and returned. wait is how long until the next event.
+func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := now.Add(time.Hour)
+	for h := range w.holds {
+		if !now.Before(h.deadline) {
+			if lost == nil {
+				lost = make(map[*hold]error)
+			}
+			lost[h] = fmt.Errorf("%w: the lease ran out before it could be renewed", ErrLockLost)
+			delete(w.holds, h)
+			continue
+		}
+		if h.renew && !h.renewUntil.IsZero() && !now.Before(h.renewUntil) {
+			h.renew = false // WithMaxHold: let the lease run out.
+		}
+		// Renew up to a sixth of a lease early so that locks taken at
+		// about the same time share one round trip.
+		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.lease/6)) {
+			h.busy = true
+			due = append(due, h)
+		}
+		if e := w.nextEvent(h); e.Before(next) {
+			next = e
+		}
+	}
+	w.wakeAt = next
+	return due, lost, max(next.Sub(now), 0)
+}
+
+// renew sends one pipelined round trip renewing due. It runs beside the
+// loop, which keeps watching deadlines: go-redis does not cut a read short
+// at the context's deadline unless configured to, so a hung Redis could
+// otherwise hold the loss signal back.
+func (w *watchdog) renew(due []*hold) {
+	defer w.inflight.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+	defer cancel()
+	start := time.Now()
+	cmds, err := w.pipeline(ctx, due)
+	if isNoScript(err) {
+		// The server lost its script cache (restart, SCRIPT FLUSH).
+		if _, lerr := extendScript.Load(ctx, w.c.rdb).Result(); lerr == nil {
+			start = time.Now()
+			cmds, _ = w.pipeline(ctx, due)
+		}
+	}
+
+	w.mu.Lock()
+	lost := make(map[*hold]error)
+	for i, h := range due {
+		h.busy = false
+		if _, ok := w.holds[h]; !ok {
+			continue // released or lost meanwhile
+		}
+		n, cerr := cmds[i].Int64()
+		switch {
+		case cerr != nil:
+			// Try again soon; the deadline decides when it is lost.
+			h.nextRenew = time.Now().Add(max(h.lease/10, MinTTL))
+			w.c.log.Warn("dlock: renewal failed", "key", h.key, "error", cerr)
+		case n == 1:
+			h.trust(start, h.lease)
+		default:
+			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
+			delete(w.holds, h)
+		}
+	}
+	w.mu.Unlock()
+	for h, cause := range lost {
+		w.lose(h, cause)
+	}
+	w.poke()
+}
+
+func (w *watchdog) pipeline(ctx context.Context, due []*hold) ([]*redis.Cmd, error) {
+	pipe := w.c.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(due))
+	w.mu.Lock()
+	for i, h := range due {
+		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.keys.lock}, h.token, ms(h.lease))
+	}
+	w.mu.Unlock()
+	_, err := pipe.Exec(ctx)
+	return cmds, err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
