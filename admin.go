@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -28,11 +29,12 @@ type LockInfo struct {
 // Inspect reads a lock's state for operators, in one round trip. It does
 // not take or change anything.
 func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
-	if err := c.check(key); err != nil {
+	n, err := c.admin(key)
+	if err != nil {
 		return nil, err
 	}
-	k := c.keys(key)
-	pipe := c.rdb.Pipeline()
+	k := n.keys(key)
+	pipe := n.rdb.Pipeline()
 	all := pipe.HGetAll(ctx, k.lock)
 	pttl := pipe.PTTL(ctx, k.lock)
 	fence := pipe.Get(ctx, k.fence)
@@ -68,14 +70,15 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 // stuck lock; the next waiter gets it. The holder is not told until its
 // next renewal. It returns an error wrapping ErrNotHeld if the lock was free.
 func (c *Client) ForceRelease(ctx context.Context, key string) error {
-	if err := c.check(key); err != nil {
+	n, err := c.admin(key)
+	if err != nil {
 		return err
 	}
-	n, err := forceReleaseScript.Run(ctx, c.rdb, c.keys(key).all()).Int()
+	removed, err := forceReleaseScript.Run(ctx, n.rdb, n.keys(key).all()).Int()
 	if err != nil {
 		return redisError("force release", key, err)
 	}
-	if n == 0 {
+	if removed == 0 {
 		return fmt.Errorf("dlock: force release %q: %w", key, ErrNotHeld)
 	}
 	return nil
@@ -85,13 +88,14 @@ func (c *Client) ForceRelease(ctx context.Context, key string) error {
 // match pattern (a Redis glob; "" or "*" for all). It walks the keyspace
 // with SCAN, never KEYS, on every master of a cluster.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
-	if c.isClosed() {
-		return nil, ErrClosed
+	n, err := c.admin("*")
+	if err != nil {
+		return nil, err
 	}
 	if pattern == "" {
 		pattern = "*"
 	}
-	match := c.cfg.prefix + "{" + pattern + "}"
+	match := n.prefix + "{" + pattern + "}"
 	var mu sync.Mutex // cluster masters are scanned concurrently
 	var names []string
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
@@ -99,22 +103,34 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 		for it.Next(ctx) {
 			k := it.Val()
 			mu.Lock()
-			names = append(names, k[len(c.cfg.prefix)+1:len(k)-1])
+			names = append(names, k[len(n.prefix)+1:len(k)-1])
 			mu.Unlock()
 		}
 		return it.Err()
 	}
-	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return scan(ctx, node)
 		})
 	} else {
-		err = scan(ctx, c.rdb)
+		err = scan(ctx, n.rdb)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dlock: list: %w", err)
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// admin returns the Client's single-deployment backend for the operator
+// calls, which read and change one deployment's keys directly.
+func (c *Client) admin(key string) (*node, error) {
+	if err := c.check(key); err != nil {
+		return nil, err
+	}
+	n, ok := c.be.(*node)
+	if !ok {
+		return nil, fmt.Errorf("dlock: operator calls need a single Redis deployment: %w", errors.ErrUnsupported)
+	}
+	return n, nil
 }

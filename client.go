@@ -7,21 +7,23 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Client takes locks on one Redis deployment: a server, a Sentinel-managed
-// master (go-redis failover client) or a Redis Cluster. It is safe for
+// master (go-redis failover client) or a Redis Cluster; or, made by
+// redlock.New, on a quorum of independent masters. It is safe for
 // concurrent use. It owns one background goroutine renewing its locks and
 // one pub/sub connection for waiters, both started on first use and stopped
 // by Close.
 type Client struct {
-	rdb    redis.UniversalClient
+	be     backend.Backend
 	cfg    clientConfig
 	log    *slog.Logger
 	holder string // holder metadata JSON without the closing brace
 
-	dog  *watchdog
-	wake *wakeups
+	dog *watchdog
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -33,6 +35,18 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, ErrNilClient
 	}
+	return newClient(func(s backend.Settings) (backend.Backend, error) {
+		return newNode(rdb, s), nil
+	}, opts)
+}
+
+func init() {
+	backend.NewClient = func(newBackend func(backend.Settings) (backend.Backend, error), opts any) (any, error) {
+		return newClient(newBackend, opts.([]Option))
+	}
+}
+
+func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts []Option) (*Client, error) {
 	cfg := clientConfig{prefix: DefaultPrefix, queueTTL: DefaultQueueTTL}
 	for _, o := range opts {
 		if o != nil {
@@ -46,12 +60,15 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	be, err := newBackend(backend.Settings{Prefix: cfg.prefix, QueueTTL: cfg.queueTTL, Log: log})
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
-		rdb:    rdb,
+		be:     be,
 		cfg:    cfg,
 		log:    log,
 		holder: holderPrefix(cfg.name),
-		wake:   newWakeups(rdb),
 		closed: make(chan struct{}),
 	}
 	c.dog = newWatchdog(c)
@@ -65,7 +82,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		c.wake.close()
+		_ = c.be.Close()
 		c.dog.close()
 	})
 	return nil

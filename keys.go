@@ -15,8 +15,8 @@ type lockKeys struct {
 	channel string // pub/sub channel for hand-over messages
 }
 
-func (c *Client) keys(key string) lockKeys {
-	base := c.cfg.prefix + "{" + key + "}"
+func (n *node) keys(key string) lockKeys {
+	base := n.prefix + "{" + key + "}"
 	return lockKeys{
 		lock:    base,
 		fence:   base + ":fence",

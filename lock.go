@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // releaseTimeout bounds the release that Do and an abandoned wait send on
@@ -41,10 +43,10 @@ type Lock struct {
 }
 
 // Key returns the lock's name, as given to Lock.
-func (l *Lock) Key() string { return l.h.key }
+func (l *Lock) Key() string { return l.h.lease.Key }
 
 // Token returns the random owner token identifying this holder in Redis.
-func (l *Lock) Token() string { return l.h.token }
+func (l *Lock) Token() string { return l.h.lease.Token }
 
 // Fence returns the fencing token: strictly greater than that of every
 // earlier holder of this key. Pass it to the protected resource and have it
@@ -72,11 +74,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	n, err := extendScript.Run(ctx, l.c.rdb, []string{l.h.keys.lock}, l.h.token, ms(ttl)).Int64()
+	o, err := l.c.be.Extend(ctx, l.h.lease, ttl)
 	if err != nil {
-		return redisError("extend", l.h.key, err)
+		return redisError("extend", l.Key(), err)
 	}
-	if n != 1 {
+	if o != backend.Held {
 		return l.lost("extend")
 	}
 	l.c.dog.extended(l.h, start, ttl)
@@ -88,14 +90,14 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	n, err := ttlScript.Run(ctx, l.c.rdb, []string{l.h.keys.lock}, l.h.token).Int64()
+	d, o, err := l.c.be.TTL(ctx, l.h.lease)
 	if err != nil {
-		return 0, redisError("ttl", l.h.key, err)
+		return 0, redisError("ttl", l.Key(), err)
 	}
-	if n == -3 {
+	if o != backend.Held {
 		return 0, l.lost("ttl")
 	}
-	return time.Duration(n) * time.Millisecond, nil
+	return d, nil
 }
 
 // Unlock releases this hold: a reentrant Lock gives back its level, the
@@ -107,19 +109,19 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
-		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.h.key, ErrNotHeld)
+		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}
 	wasLive := l.h.ctx.Err() == nil
-	left, err := releaseScript.Run(ctx, l.c.rdb, l.h.keys.all(), l.h.token, l.level).Int64()
+	left, err := l.c.be.Release(ctx, l.h.lease, l.level)
 	if err != nil {
 		l.unsure = true
-		return redisError("unlock", l.h.key, err)
+		return redisError("unlock", l.Key(), err)
 	}
 	l.released = true
 	if left < 0 && !(l.unsure && wasLive && time.Now().Before(l.c.dog.deadline(l.h))) {
 		// Not held, and not because an earlier try of ours released it (the
 		// lease was still trusted, so only that try can have removed it).
-		err := fmt.Errorf("dlock: unlock %q: %w", l.h.key, ErrNotHeld)
+		err := fmt.Errorf("dlock: unlock %q: %w", l.Key(), ErrNotHeld)
 		if !wasLive {
 			err = fmt.Errorf("%w: %w", err, ErrLockLost)
 		}
@@ -139,7 +141,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // live returns the loss error if the lock's hold is over.
 func (l *Lock) live() error {
 	if l.h.ctx.Err() != nil {
-		return fmt.Errorf("dlock: %q: %w", l.h.key, context.Cause(l.h.ctx))
+		return fmt.Errorf("dlock: %q: %w", l.Key(), context.Cause(l.h.ctx))
 	}
 	return nil
 }
@@ -149,5 +151,5 @@ func (l *Lock) lost(op string) error {
 	cause := fmt.Errorf("%w: %s found another owner or none", ErrLockLost, op)
 	l.c.dog.remove(l.h)
 	l.c.dog.lose(l.h, cause)
-	return fmt.Errorf("dlock: %s %q: %w", op, l.h.key, cause)
+	return fmt.Errorf("dlock: %s %q: %w", op, l.Key(), cause)
 }

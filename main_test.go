@@ -146,3 +146,6 @@ func queued(t *testing.T, rdb *redis.Client, c *Client, key string) int64 {
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// keys returns the Redis names of a lock of the Client's node backend.
+func (c *Client) keys(key string) lockKeys { return c.be.(*node).keys(key) }

@@ -7,23 +7,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // hold is one acquisition of a lock: what the watchdog renews and what is
 // lost when the lease can no longer be trusted. Reentrant Lock values share
 // the hold of the outermost one.
 type hold struct {
-	key   string
-	keys  lockKeys
-	token string
+	lease *backend.Lease // what the backend knows the lock by
 	fence uint64
 
 	ctx    context.Context // cancelled with the reason when lost or released
 	cancel context.CancelCauseFunc
 
 	// Guarded by watchdog.mu.
-	lease      time.Duration // the lease each renewal sets
+	ttl        time.Duration // the lease each renewal sets
 	renew      bool          // renewal on; false after WithMaxHold ran out
 	renewUntil time.Time     // zero: renew until unlocked
 	deadline   time.Time     // the lease can be trusted before this instant
@@ -108,10 +106,10 @@ func (w *watchdog) remove(h *hold) {
 
 // extended records a successful Extend: the new lease is trusted from start
 // and becomes the lease the watchdog keeps renewing.
-func (w *watchdog) extended(h *hold, start time.Time, lease time.Duration) {
+func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration) {
 	w.mu.Lock()
-	h.lease = lease
-	h.trust(start, lease)
+	h.ttl = ttl
+	h.trust(start, ttl)
 	w.mu.Unlock()
 	w.poke()
 }
@@ -149,7 +147,7 @@ func (w *watchdog) close() {
 
 func (w *watchdog) lose(h *hold, cause error) {
 	h.cancel(cause)
-	w.c.log.Warn("dlock: lock lost", "key", h.key, "fence", h.fence, "cause", cause)
+	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "fence", h.fence, "cause", cause)
 }
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
@@ -204,7 +202,7 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 		}
 		// Renew up to a sixth of a lease early so that locks taken at
 		// about the same time share one round trip.
-		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.lease/6)) {
+		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.ttl/6)) {
 			h.busy = true
 			due = append(due, h)
 		}
@@ -216,23 +214,22 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 	return due, lost, max(next.Sub(now), 0)
 }
 
-// renew sends one pipelined round trip renewing due. It runs beside the
-// loop, which keeps watching deadlines: go-redis does not cut a read short
-// at the context's deadline unless configured to, so a hung Redis could
-// otherwise hold the loss signal back.
+// renew sends one batch of renewals (one pipelined round trip on a single
+// Redis). It runs beside the loop, which keeps watching deadlines: go-redis
+// does not cut a read short at the context's deadline unless configured
+// to, so a hung Redis could otherwise hold the loss signal back.
 func (w *watchdog) renew(due []*hold) {
 	defer w.inflight.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
 	defer cancel()
-	start := time.Now()
-	cmds, err := w.pipeline(ctx, due)
-	if isNoScript(err) {
-		// The server lost its script cache (restart, SCRIPT FLUSH).
-		if _, lerr := extendScript.Load(ctx, w.c.rdb).Result(); lerr == nil {
-			start = time.Now()
-			cmds, _ = w.pipeline(ctx, due)
-		}
+	rs := make([]backend.Renewal, len(due))
+	w.mu.Lock()
+	for i, h := range due {
+		rs[i] = backend.Renewal{Lease: h.lease, TTL: h.ttl}
 	}
+	w.mu.Unlock()
+	start := time.Now()
+	outcomes := w.c.be.Renew(ctx, rs)
 
 	w.mu.Lock()
 	lost := make(map[*hold]error)
@@ -241,17 +238,16 @@ func (w *watchdog) renew(due []*hold) {
 		if _, ok := w.holds[h]; !ok {
 			continue // released or lost meanwhile
 		}
-		n, cerr := cmds[i].Int64()
-		switch {
-		case cerr != nil:
-			// Try again soon; the deadline decides when it is lost.
-			h.nextRenew = time.Now().Add(max(h.lease/10, MinTTL))
-			w.c.log.Warn("dlock: renewal failed", "key", h.key, "error", cerr)
-		case n == 1:
-			h.trust(start, h.lease)
-		default:
+		switch outcomes[i] {
+		case backend.Held:
+			h.trust(start, rs[i].TTL)
+		case backend.NotHeld:
 			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
 			delete(w.holds, h)
+		default:
+			// Try again soon; the deadline decides when it is lost.
+			h.nextRenew = time.Now().Add(max(h.ttl/10, MinTTL))
+			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key)
 		}
 	}
 	w.mu.Unlock()
@@ -259,18 +255,6 @@ func (w *watchdog) renew(due []*hold) {
 		w.lose(h, cause)
 	}
 	w.poke()
-}
-
-func (w *watchdog) pipeline(ctx context.Context, due []*hold) ([]*redis.Cmd, error) {
-	pipe := w.c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(due))
-	w.mu.Lock()
-	for i, h := range due {
-		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.keys.lock}, h.token, ms(h.lease))
-	}
-	w.mu.Unlock()
-	_, err := pipe.Exec(ctx)
-	return cmds, err
 }
 
 func isNoScript(err error) bool {

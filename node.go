@@ -1,0 +1,102 @@
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// node is the backend of a Client on one Redis deployment: a server, a
+// Sentinel-managed master or a Redis Cluster. Its state lives in the keys
+// of keys.go, changed only by the scripts in lua/.
+type node struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	queueTTL time.Duration
+	log      *slog.Logger
+	wake     *wakeups
+}
+
+func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
+	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb)}
+}
+
+func leaseKeys(l *backend.Lease) lockKeys { return l.Data.(lockKeys) }
+
+// Renew resets all the leases in one pipelined round trip.
+func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+	cmds, err := n.renew(ctx, rs)
+	if isNoScript(err) {
+		// The server lost its script cache (restart, SCRIPT FLUSH).
+		if _, lerr := extendScript.Load(ctx, n.rdb).Result(); lerr == nil {
+			cmds, _ = n.renew(ctx, rs)
+		}
+	}
+	out := make([]backend.Outcome, len(rs))
+	for i, cmd := range cmds {
+		out[i] = outcome(cmd.Int64())
+	}
+	return out
+}
+
+func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, error) {
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(rs))
+	for i, r := range rs {
+		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, ms(r.TTL))
+	}
+	_, err := pipe.Exec(ctx)
+	return cmds, err
+}
+
+// outcome reads the reply of extend.lua: 1 extended, 0 not held.
+func outcome(n int64, err error) backend.Outcome {
+	switch {
+	case err != nil:
+		return backend.Unknown
+	case n == 1:
+		return backend.Held
+	default:
+		return backend.NotHeld
+	}
+}
+
+// Extend resets one lease.
+func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
+	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, ms(ttl)).Int64()
+	return outcome(v, err), err
+}
+
+// TTL reads the remaining lease.
+func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
+	v, err := ttlScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token).Int64()
+	switch {
+	case err != nil:
+		return 0, backend.Unknown, err
+	case v == -3:
+		return 0, backend.NotHeld, nil
+	}
+	return time.Duration(v) * time.Millisecond, backend.Held, nil
+}
+
+// Release gives back holds down to level-1, handing the lock over when
+// none are left.
+func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	return releaseScript.Run(ctx, n.rdb, leaseKeys(l).all(), l.Token, level).Int64()
+}
+
+// Reenter adds a hold.
+func (n *node) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
+	return reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token).Int64()
+}
+
+// Close closes the pub/sub connections. The Redis client stays open: it
+// belongs to the caller.
+func (n *node) Close() error {
+	n.wake.close()
+	return nil
+}

@@ -1,0 +1,134 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// Acquire takes the lock on one Redis deployment, joining the lock's queue
+// and sleeping until the lock is handed over if it is held and r.Wait.
+func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
+	a := &attempt{n: n, r: r, keys: n.keys(r.Key)}
+	// A lock handed over while we wait starts with at most a queue TTL of
+	// lease, so that if we died meanwhile it is stuck no longer than that;
+	// the watchdog extends it to the full lease at its first renewal.
+	a.grantTTL = r.TTL
+	if r.Renew {
+		a.grantTTL = min(r.TTL, n.queueTTL)
+	}
+	return a.run(ctx)
+}
+
+// attempt is one acquisition that has not got the lock yet.
+type attempt struct {
+	n        *node
+	r        backend.Request
+	keys     lockKeys
+	grantTTL time.Duration
+}
+
+func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration) (backend.Grant, error) {
+	l := &backend.Lease{Key: a.r.Key, Token: a.r.Token, Data: a.keys}
+	return backend.Grant{Lease: l, Fence: fence, Start: start, TTL: ttl}, nil
+}
+
+func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
+	join := "0"
+	if a.r.Wait {
+		join = "1"
+	}
+	args := []any{a.r.Token, ms(a.r.TTL), a.r.Meta, join, ms(a.n.queueTTL), ms(a.grantTTL)}
+	// notHeldAt is the start of the last check that found the lock held by
+	// another: a hand-over to us happened after it, so a lease granted by
+	// hand-over is measured from there.
+	var notHeldAt time.Time
+	var wt *waiter
+	defer func() {
+		if wt != nil {
+			wt.leave()
+		}
+	}()
+	refresh := min(a.n.queueTTL, a.r.TTL) / 3
+	// Since Go 1.23 Reset discards a stale tick: no draining needed.
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for check := 1; ; check++ {
+		start := time.Now()
+		if notHeldAt.IsZero() {
+			notHeldAt = start
+		}
+		res, err := acquireScript.Run(ctx, a.n.rdb, a.keys.all(), args...).Int64Slice()
+		if err != nil {
+			// The script may have run even if its reply was lost: make sure
+			// we take nothing and leave no queue entry behind.
+			a.abandon(ctx)
+			return backend.Grant{}, redisError("lock", a.r.Key, err)
+		}
+		switch res[0] {
+		case 1:
+			return a.grant(uint64(res[1]), start, a.r.TTL)
+		case 2:
+			return a.grant(uint64(res[1]), notHeldAt, a.grantTTL)
+		}
+		if !a.r.Wait {
+			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrNotObtained)
+		}
+		notHeldAt = start
+
+		delay := refresh
+		if a.r.Retry != nil {
+			d, ok := a.r.Retry.Backoff(check)
+			if !ok {
+				a.abandon(ctx)
+				return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, check)
+			}
+			delay = min(delay, d)
+		}
+		if pttl := time.Duration(res[1]) * time.Millisecond; pttl > 0 {
+			// The holder's lease runs out by then at the latest.
+			delay = min(delay, pttl+time.Millisecond)
+		}
+		if wt == nil {
+			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel, a.r.Token); err != nil {
+				wt = nil // wait by the timer alone
+				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "error", err)
+			}
+		}
+		var ready, nudge <-chan struct{}
+		var granted <-chan uint64
+		if wt != nil {
+			granted, nudge = wt.granted, wt.nudge
+			select {
+			case <-wt.ready:
+			default:
+				// A hand-over sent before the subscription took effect is
+				// missed: check again as soon as it does.
+				ready = wt.ready
+			}
+		}
+		timer.Reset(delay)
+		select {
+		case fence := <-granted:
+			return a.grant(fence, notHeldAt, a.grantTTL)
+		case <-ready:
+		case <-nudge:
+		case <-timer.C:
+		case <-ctx.Done():
+			a.abandon(ctx)
+			return backend.Grant{}, fmt.Errorf("dlock: lock %q: waiting ended: %w", a.r.Key, ctx.Err())
+		}
+	}
+}
+
+// abandon leaves the queue, releasing the lock if it was handed to us after
+// all: a waiter that gives up takes nothing.
+func (a *attempt) abandon(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := releaseScript.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, 1).Err(); err != nil {
+		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "error", err)
+	}
+}
