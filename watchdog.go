@@ -26,6 +26,7 @@ type hold struct {
 	renewUntil time.Time     // zero: renew until unlocked
 	deadline   time.Time     // the lease can be trusted before this instant
 	nextRenew  time.Time
+	slack      time.Duration // how early a renewal may go to share a round trip
 	busy       bool // a renewal is in flight
 }
 
@@ -36,6 +37,7 @@ type hold struct {
 func (h *hold) trust(start time.Time, d time.Duration) {
 	h.deadline = start.Add(d - drift(d))
 	h.nextRenew = start.Add(d / 3)
+	h.slack = d / 6
 }
 
 // watchdog renews the held locks of one Client from a single goroutine and
@@ -200,9 +202,9 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 		if h.renew && !h.renewUntil.IsZero() && !now.Before(h.renewUntil) {
 			h.renew = false // WithMaxHold: let the lease run out.
 		}
-		// Renew up to a sixth of a lease early so that locks taken at
-		// about the same time share one round trip.
-		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.ttl/6)) {
+		// Renew up to a sixth of the trusted lease early so that locks
+		// taken at about the same time share one round trip.
+		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.slack)) {
 			h.busy = true
 			due = append(due, h)
 		}
