@@ -468,6 +468,26 @@ func TestClose(t *testing.T) {
 	}
 }
 
+func TestCloseEndsWaiting(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	other := newClientOn(t, rdb)
+	l := mustLock(t, other, "closing")
+	defer l.Unlock(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "closing")
+		errc <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "closing") == 1 })
+	c.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Errorf("waiting Lock after Close = %v, want ErrClosed", err)
+	}
+	if n := queued(t, rdb, c, "closing"); n != 0 {
+		t.Errorf("%d entries left in the queue", n)
+	}
+}
+
 func TestKeysWithBraces(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

@@ -19,10 +19,11 @@ type node struct {
 	queueTTL time.Duration
 	log      *slog.Logger
 	wake     *wakeups
+	closed   chan struct{} // closed by Close: waiters give up
 }
 
 func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
-	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb)}
+	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb), closed: make(chan struct{})}
 }
 
 func leaseKeys(l *backend.Lease) lockKeys { return l.Data.(lockKeys) }
@@ -97,6 +98,7 @@ func (n *node) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
 // Close closes the pub/sub connections. The Redis client stays open: it
 // belongs to the caller.
 func (n *node) Close() error {
+	close(n.closed)
 	n.wake.close()
 	return nil
 }

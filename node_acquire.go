@@ -119,6 +119,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		case <-ctx.Done():
 			a.abandon(ctx)
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: waiting ended: %w", a.r.Key, ctx.Err())
+		case <-a.n.closed:
+			a.abandon(ctx)
+			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrClosed)
 		}
 	}
 }
