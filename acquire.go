@@ -35,7 +35,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, err
 	}
 	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok {
-		return c.reenter(ctx, h)
+		l, err := c.reenter(ctx, h)
+		c.reentered(ctx, h, l, err)
+		return l, err
 	}
 	req := backend.Request{
 		Key:   key,
@@ -48,11 +50,15 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if cfg.retry != nil {
 		req.Retry = cfg.retry
 	}
-	g, err := c.be.Acquire(ctx, req)
+	x, actx, err := c.prepare(ctx, &req, &cfg) // hooks.go
 	if err != nil {
 		return nil, err
 	}
-	h := &hold{lease: g.Lease, fence: g.Fence, ttl: cfg.ttl, renew: cfg.renew}
+	g, err := c.be.Acquire(actx, req)
+	if err != nil {
+		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
+	}
+	h := &hold{lease: g.Lease, fence: g.Fence, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
 	if cfg.maxHold > 0 {
 		h.renewUntil = g.Start.Add(cfg.maxHold)
 	}
@@ -63,8 +69,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		defer cancel()
 		_, _ = c.be.Release(rctx, g.Lease, 1)
 		h.cancel(err)
+		c.acquireEnd(actx, x, &req, nil, err)
 		return nil, err
 	}
+	c.acquireEnd(actx, x, &req, h, nil)
 	return &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}, nil
 }
 
@@ -73,7 +81,7 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if h.ctx.Err() != nil {
 		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
 	}
-	n, err := c.be.Reenter(ctx, h.lease)
+	n, err := c.beFor(h).Reenter(ctx, h.lease)
 	if err != nil {
 		return nil, redisError("re-enter", h.lease.Key, err)
 	}

@@ -95,7 +95,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
-	match := n.prefix + "{" + pattern + "}"
+	match := n.prefix + "{" + tagOf(pattern) + "}"
 	var mu sync.Mutex // cluster masters are scanned concurrently
 	var names []string
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
@@ -103,7 +103,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 		for it.Next(ctx) {
 			k := it.Val()
 			mu.Lock()
-			names = append(names, k[len(n.prefix)+1:len(k)-1])
+			names = append(names, keyOfTag(k[len(n.prefix)+1:len(k)-1]))
 			mu.Unlock()
 		}
 		return it.Err()

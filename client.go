@@ -24,6 +24,7 @@ type Client struct {
 	holder string // holder metadata JSON without the closing brace
 
 	dog *watchdog
+	ext clientExt // observer, local queue, degraded mode (hooks.go)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -36,7 +37,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, ErrNilClient
 	}
 	return newClient(func(s backend.Settings) (backend.Backend, error) {
-		return newNode(rdb, s), nil
+		return newReplicatedNode(rdb, s, opts)
 	}, opts)
 }
 
@@ -56,6 +57,10 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	ext, err := cfg.ext.build()
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -70,6 +75,7 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 		log:    log,
 		holder: holderPrefix(cfg.name),
 		closed: make(chan struct{}),
+		ext:    ext,
 	}
 	c.dog = newWatchdog(c)
 	return c, nil

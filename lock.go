@@ -74,7 +74,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	o, err := l.c.be.Extend(ctx, l.h.lease, ttl)
+	o, err := l.c.beFor(l.h).Extend(ctx, l.h.lease, ttl)
 	if err != nil {
 		return redisError("extend", l.Key(), err)
 	}
@@ -90,7 +90,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	d, o, err := l.c.be.TTL(ctx, l.h.lease)
+	d, o, err := l.c.beFor(l.h).TTL(ctx, l.h.lease)
 	if err != nil {
 		return 0, redisError("ttl", l.Key(), err)
 	}
@@ -112,7 +112,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}
 	wasLive := l.h.ctx.Err() == nil
-	left, err := l.c.be.Release(ctx, l.h.lease, l.level)
+	left, err := l.c.release(ctx, l.h, l.level) // hooks.go
 	if err != nil {
 		l.unsure = true
 		return redisError("unlock", l.Key(), err)

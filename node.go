@@ -20,6 +20,7 @@ type node struct {
 	log      *slog.Logger
 	wake     *wakeups
 	closed   chan struct{} // closed by Close: waiters give up
+	ack      *acker        // nil unless WithReplicaAck (replication.go)
 }
 
 func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
@@ -30,6 +31,9 @@ func leaseKeys(l *backend.Lease) lockKeys { return l.Data.(lockKeys) }
 
 // Renew resets all the leases in one pipelined round trip.
 func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+	if n.ack != nil {
+		return n.renewAcked(ctx, rs)
+	}
 	cmds, err := n.renew(ctx, rs)
 	if isNoScript(err) {
 		// The server lost its script cache (restart, SCRIPT FLUSH).
@@ -68,6 +72,9 @@ func outcome(n int64, err error) backend.Outcome {
 
 // Extend resets one lease.
 func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
+	if n.ack != nil {
+		return n.extendAcked(ctx, l, ttl)
+	}
 	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, ms(ttl)).Int64()
 	return outcome(v, err), err
 }
@@ -87,6 +94,9 @@ func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backen
 // Release gives back holds down to level-1, handing the lock over when
 // none are left.
 func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	if n.ack != nil {
+		return n.releaseAcked(ctx, l, level)
+	}
 	return releaseScript.Run(ctx, n.rdb, leaseKeys(l).all(), l.Token, level).Int64()
 }
 

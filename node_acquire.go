@@ -60,7 +60,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		if notHeldAt.IsZero() {
 			notHeldAt = start
 		}
-		res, err := acquireScript.Run(ctx, a.n.rdb, a.keys.all(), args...).Int64Slice()
+		res, ack, err := a.n.tryAcquire(ctx, a.keys, args)
 		if err != nil {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
@@ -69,9 +69,12 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 		switch res[0] {
 		case 1:
-			return a.grant(uint64(res[1]), start, a.r.TTL)
+			return a.taken(ctx, ack, uint64(res[1]), start)
 		case 2:
-			return a.grant(uint64(res[1]), notHeldAt, a.grantTTL)
+			if g, done, err := a.handedOver(ctx, uint64(res[1]), notHeldAt); done {
+				return g, err
+			}
+			continue
 		}
 		if !a.r.Wait {
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrNotObtained)
@@ -112,7 +115,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		timer.Reset(delay)
 		select {
 		case fence := <-granted:
-			return a.grant(fence, notHeldAt, a.grantTTL)
+			if g, done, err := a.handedOver(ctx, fence, notHeldAt); done {
+				return g, err
+			}
 		case <-ready:
 		case <-nudge:
 		case <-timer.C:

@@ -34,6 +34,9 @@ type clientConfig struct {
 	logger   *slog.Logger
 	name     string
 	queueTTL time.Duration
+	replica  replicaConfig // WithReplicaAck, WithReplicaReport (replication.go)
+
+	ext clientExtConfig // observer, local queue, degraded mode (hooks.go)
 }
 
 // WithPrefix sets the prefix of all keys and channels (default "dlock:").
@@ -80,6 +83,7 @@ type lockConfig struct {
 	maxHold time.Duration
 	retry   RetryStrategy
 	meta    string
+	ext     lockExtConfig // adaptive lease (adaptive.go)
 }
 
 // WithTTL sets the lease (default 30 s): how long Redis keeps the lock if

@@ -203,8 +203,14 @@ func (w *wakeups) read(sh *shard) {
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
 	for {
-		msg, err := sh.ps.Receive(context.Background())
-		if err != nil {
+		msg, err := w.conn(sh).Receive(context.Background())
+		// A cluster subscription lands on a node that no longer owns the
+		// channel's slot: move it (wakeups_cluster.go).
+		moved := err != nil && isRedirect(err)
+		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "sunsubscribe" {
+			moved = w.droppedByServer(sh, m.Channel)
+		}
+		if err != nil || moved {
 			select {
 			case <-sh.stop:
 				return
@@ -218,6 +224,9 @@ func (w *wakeups) read(sh *shard) {
 			case <-sh.stop:
 				return
 			case <-backoff.C:
+			}
+			if moved {
+				w.rebind(sh)
 			}
 			continue
 		}
@@ -235,9 +244,21 @@ func (w *wakeups) read(sh *shard) {
 func (w *wakeups) markReady(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.channels[channel]; cs != nil && !cs.isReady {
+	cs := w.channels[channel]
+	switch {
+	case cs == nil:
+	case !cs.isReady:
 		cs.isReady = true
 		close(cs.ready)
+	default:
+		// Subscribed again (after a reconnection or a slot move):
+		// hand-overs sent while it was not may be missed.
+		for _, wt := range cs.waiters {
+			select {
+			case wt.nudge <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

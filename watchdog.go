@@ -20,6 +20,8 @@ type hold struct {
 	ctx    context.Context // cancelled with the reason when lost or released
 	cancel context.CancelCauseFunc
 
+	x *holdExtra // the optional features' state (hooks.go); nil if none
+
 	// Guarded by watchdog.mu.
 	ttl        time.Duration // the lease each renewal sets
 	renew      bool          // renewal on; false after WithMaxHold ran out
@@ -27,7 +29,7 @@ type hold struct {
 	deadline   time.Time     // the lease can be trusted before this instant
 	nextRenew  time.Time
 	slack      time.Duration // how early a renewal may go to share a round trip
-	busy       bool // a renewal is in flight
+	busy       bool          // a renewal is in flight
 }
 
 // trust records that Redis granted or reset a lease of d at some instant
@@ -150,6 +152,7 @@ func (w *watchdog) close() {
 func (w *watchdog) lose(h *hold, cause error) {
 	h.cancel(cause)
 	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "fence", h.fence, "cause", cause)
+	w.c.observeLost(h, cause)
 }
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
@@ -253,6 +256,7 @@ func (w *watchdog) renew(due []*hold) {
 		}
 	}
 	w.mu.Unlock()
+	w.c.renewed(due, outcomes)
 	for h, cause := range lost {
 		w.lose(h, cause)
 	}

@@ -1,0 +1,689 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestCluster runs every primitive through a go-redis ClusterClient on a
+// real 3-master cluster (each master with one replica), then moves a held
+// lock's slot to another master and restarts masters under held locks. The
+// subtests share the cluster and run in order.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	replicas := make([]*redistest.Server, len(cl.Nodes))
+	for i := range cl.Nodes {
+		replicas[i] = cl.AddReplica(t, i)
+	}
+
+	t.Run("Primitives", func(t *testing.T) { testClusterPrimitives(t, cl) })
+	t.Run("HandOverWakesWaiter", func(t *testing.T) { testClusterHandOver(t, cl) })
+	t.Run("RenewalsBatchedPerNode", func(t *testing.T) { testClusterRenewalBatches(t, cl) })
+	t.Run("ReplicaAckOnKeyNode", func(t *testing.T) { testClusterReplicaAck(t, cl, replicas) })
+	t.Run("SlotMigration", func(t *testing.T) { testClusterSlotMigration(t, cl) })
+	t.Run("MasterRestart", func(t *testing.T) { testClusterMasterRestart(t, cl) })
+}
+
+// waitRenewal waits until the lease of the lock named name goes up: since
+// it only shrinks otherwise, a renewal reached the server rdb talks to.
+func waitRenewal(t *testing.T, rdb redis.Cmdable, name string) {
+	t.Helper()
+	lowest := time.Duration(math.MaxInt64)
+	waitUntil(t, 5*time.Second, "a renewal of "+name, func() bool {
+		d, err := rdb.PTTL(context.Background(), name).Result()
+		if err != nil || d <= 0 {
+			return false
+		}
+		lowest = min(lowest, d)
+		return d > lowest+20*time.Millisecond
+	})
+}
+
+// lockResult is what a Lock call in another goroutine returned.
+type lockResult struct {
+	l   *Lock
+	err error
+}
+
+// lockAsync calls c.Lock in a goroutine; the result arrives on the channel
+// (buffered: the goroutine never blocks, even if the test is over).
+func lockAsync(ctx context.Context, c *Client, key string, opts ...LockOption) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, key, opts...)
+		got <- lockResult{l, err}
+	}()
+	return got
+}
+
+// masterOf returns the address of the master serving key's lock.
+func masterOf(t *testing.T, cc *redis.ClusterClient, c *Client, key string) string {
+	t.Helper()
+	m, err := cc.MasterForKey(context.Background(), c.keys(key).lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Options().Addr
+}
+
+// keysPerMaster returns n lock names served by each master, by address.
+func keysPerMaster(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient, c *Client, prefix string, n int) map[string][]string {
+	t.Helper()
+	byMaster := make(map[string][]string)
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s%d", prefix, i)
+		m := masterOf(t, cc, c, key)
+		if len(byMaster[m]) < n {
+			byMaster[m] = append(byMaster[m], key)
+		}
+		full := len(byMaster) == len(cl.Nodes)
+		for _, ks := range byMaster {
+			full = full && len(ks) == n
+		}
+		if full {
+			return byMaster
+		}
+		if i > 10000 {
+			t.Fatalf("keys do not spread over the masters: %v", byMaster)
+		}
+	}
+}
+
+func testClusterPrimitives(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc)
+	other := newClientOn(t, cl.Client(t))
+
+	keys := []string{"a{b}c", "}{", "{x}", "a}:fence", "{", "}"}
+	for i := 0; i < 40; i++ {
+		keys = append(keys, fmt.Sprintf("order:%d", i))
+	}
+	masters := map[string]int{}
+	var locks []*Lock
+	for _, key := range keys {
+		masters[masterOf(t, cc, c, key)]++
+		l, err := c.TryLock(ctx, key, WithMetadata("job "+key))
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", key, err)
+		}
+		locks = append(locks, l)
+		if l2, err := other.TryLock(ctx, key); !errors.Is(err, ErrNotObtained) {
+			if l2 != nil {
+				_ = l2.Unlock(ctx)
+			}
+			t.Fatalf("%q: second TryLock = %v, want ErrNotObtained", key, err)
+		}
+		info, err := other.Inspect(ctx, key)
+		if err != nil || !info.Held || info.Owner != l.Token() || info.Fence != l.Fence() || info.Holder.Data != "job "+key {
+			t.Fatalf("Inspect(%q) = %+v, %v", key, info, err)
+		}
+	}
+	if len(masters) != len(cl.Nodes) {
+		t.Fatalf("locks landed on %d masters, want %d: %v", len(masters), len(cl.Nodes), masters)
+	}
+
+	names, err := other.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("List = %v, want %v", names, want)
+	}
+
+	for _, l := range locks {
+		// Reentry, Extend and TTL reach the key's master.
+		inner, err := c.Lock(l.Context(), l.Key())
+		if err != nil || inner.Fence() != l.Fence() {
+			t.Fatalf("%q: re-enter = %v", l.Key(), err)
+		}
+		if err := inner.Extend(ctx, 20*time.Second); err != nil {
+			t.Fatalf("%q: Extend: %v", l.Key(), err)
+		}
+		if d, err := l.TTL(ctx); err != nil || d <= 10*time.Second {
+			t.Fatalf("%q: TTL = %v, %v", l.Key(), d, err)
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := other.Inspect(ctx, l.Key()); !info.Held {
+			t.Fatalf("%q released by the inner Unlock", l.Key())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("%q: Unlock: %v", l.Key(), err)
+		}
+	}
+	if names, _ := other.List(ctx, ""); len(names) != 0 {
+		t.Errorf("locks left after Unlock: %v", names)
+	}
+
+	// Do, and a fence that keeps growing per key.
+	var fences []uint64
+	for i := 0; i < 3; i++ {
+		err := c.Do(ctx, "{", func(ctx context.Context) error {
+			info, err := other.Inspect(ctx, "{")
+			fences = append(fences, info.Fence)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.IsSorted(fences) || fences[0] == fences[2] {
+		t.Errorf("fences of successive holders = %v", fences)
+	}
+
+	// ForceRelease reaches the key's master; the old holder learns it.
+	stuck := mustLock(t, c, "order:7")
+	if err := other.ForceRelease(ctx, "order:7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stuck.TTL(ctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("TTL after ForceRelease = %v, want ErrLockLost", err)
+	}
+}
+
+func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	// Waiters re-check only every 20 s: a prompt wake-up can only come
+	// from the hand-over message, published with SPUBLISH by the release
+	// script on the lock's master.
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	other := newClientOn(t, cl.Client(t), WithQueueTTL(time.Minute))
+	for _, key := range []string{"wake:1", "wake:2", "wake:3", "wa{ke}"} {
+		l := mustLock(t, c, key)
+		got := lockAsync(ctx, other, key)
+		k := c.keys(key)
+		node, err := cc.MasterForKey(ctx, k.lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 5*time.Second, "the waiter to queue and subscribe on the lock's master", func() bool {
+			subs, _ := node.PubSubShardNumSub(ctx, k.channel).Result()
+			return cc.ZCard(ctx, k.queue).Val() == 1 && subs[k.channel] == 1
+		})
+		released := time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			l2 := r.l
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if d := time.Since(released); d > time.Second {
+				t.Errorf("%q: waiter woke %v after the release", key, d)
+			}
+			if l2.Fence() <= l.Fence() {
+				t.Errorf("%q: hand-over fence %d <= %d", key, l2.Fence(), l.Fence())
+			}
+			if err := l2.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: waiter not woken by the release", key)
+		}
+	}
+}
+
+// pipelineCounter counts, per node, the pipelines sent and the scripts in
+// them.
+type pipelineCounter struct {
+	mu        sync.Mutex
+	pipelines map[string]int
+	evalshas  map[string]int
+}
+
+func (p *pipelineCounter) hook(addr string) redis.Hook { return counterHook{p, addr} }
+
+func (p *pipelineCounter) totals() (pipelines, evalshas int, nodes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.pipelines {
+		pipelines += n
+	}
+	for _, n := range p.evalshas {
+		evalshas += n
+	}
+	return pipelines, evalshas, len(p.evalshas)
+}
+
+type counterHook struct {
+	p    *pipelineCounter
+	addr string
+}
+
+func (h counterHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.p.mu.Lock()
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" {
+				h.p.evalshas[h.addr]++
+			}
+		}
+		if h.p.evalshas[h.addr] > 0 {
+			h.p.pipelines[h.addr]++
+		}
+		h.p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func testClusterRenewalBatches(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	count := &pipelineCounter{pipelines: map[string]int{}, evalshas: map[string]int{}}
+	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(count.hook(rdb.Options().Addr)) })
+	c := newClientOn(t, cc)
+
+	// Locks only pipeline their renewals; a renewal round of n locks on 3
+	// masters is 3 pipelines, one per master, each carrying that master's
+	// share, sent concurrently by go-redis.
+	const n = 30
+	byMaster := keysPerMaster(t, cl, cc, c, "batch:", n/3)
+	var locks []*Lock
+	for _, keys := range byMaster {
+		for _, key := range keys {
+			locks = append(locks, mustLock(t, c, key, WithTTL(600*time.Millisecond)))
+		}
+	}
+	waitUntil(t, 5*time.Second, "three renewal rounds", func() bool {
+		_, evalshas, _ := count.totals()
+		return evalshas >= 3*n
+	})
+	pipelines, evalshas, nodes := count.totals()
+	t.Logf("%d renewals in %d node pipelines", evalshas, pipelines)
+	if nodes != len(cl.Nodes) {
+		t.Errorf("renewals reached %d nodes, want %d", nodes, len(cl.Nodes))
+	}
+	// Unbatched renewals would be one pipeline each; perfect batching is
+	// one pipeline per master per round (n/3 renewals each).
+	if pipelines*3 > evalshas {
+		t.Errorf("%d renewals took %d node round trips: not batched", evalshas, pipelines)
+	}
+	for _, l := range locks {
+		if l.Context().Err() != nil {
+			t.Fatalf("%q lost: %v", l.Key(), context.Cause(l.Context()))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// replicaClient reads a cluster replica directly (READONLY).
+func replicaClient(t *testing.T, addr string) *redis.Client {
+	rc := redis.NewClient(&redis.Options{
+		Addr:      addr,
+		OnConnect: func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() },
+	})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redistest.Server) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	var reports []ReplicaReport
+	var mu sync.Mutex
+	c := newClientOn(t, cc, WithReplicaAck(1, 300*time.Millisecond, FailClosed), WithReplicaReport(func(r ReplicaReport) {
+		mu.Lock()
+		reports = append(reports, r)
+		mu.Unlock()
+	}))
+	byMaster := keysPerMaster(t, cl, cc, c, "acked:", 2)
+	replicaOf := map[string]*redistest.Server{}
+	for i, m := range cl.Nodes {
+		replicaOf[m.Addr()] = replicas[i]
+	}
+	// A new replica is streamed writes only after its first
+	// acknowledgement, up to a second after its sync.
+	for _, keys := range byMaster {
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 10*time.Second, "the replica of "+node.Options().Addr+" to acknowledge", func() bool {
+			pipe := node.Pipeline()
+			pipe.Incr(ctx, c.keys(keys[0]).lock+":probe")
+			wait := pipe.Do(ctx, "WAIT", 1, 50)
+			_, _ = pipe.Exec(ctx)
+			return wait.Val() == int64(1)
+		})
+	}
+
+	// WAIT goes to each lock's master, after its write: when Lock returns,
+	// that master's replica has the grant.
+	for m, keys := range byMaster {
+		rc := replicaClient(t, replicaOf[m].Addr())
+		for _, key := range keys {
+			l := mustLock(t, c, key)
+			if n, err := rc.HGet(ctx, c.keys(key).lock, l.Token()).Int(); err != nil || n != 1 {
+				t.Fatalf("%q: replica of %s has hold count %d, %v right after Lock", key, m, n, err)
+			}
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := rc.Exists(ctx, c.keys(key).lock).Val(); n != 0 {
+				t.Fatalf("%q: replica still has the lock right after Unlock", key)
+			}
+		}
+	}
+
+	// One master's replica stops acknowledging: its locks fail closed, the
+	// others' are taken. A WAIT sent to another master, or on a connection
+	// that did not write, would wrongly succeed.
+	stalled := cl.Nodes[0].Addr()
+	replicaOf[stalled].Pause(t)
+	defer replicaOf[stalled].Resume(t)
+	for m, keys := range byMaster {
+		key := keys[0]
+		l, err := c.TryLock(ctx, key)
+		if m == stalled {
+			if !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("%q on the stalled master: TryLock = %v, want ErrNotReplicated", key, err)
+			}
+			if info, _ := c.Inspect(ctx, key); info.Held {
+				t.Fatalf("%q: a grant that failed closed is still held", key)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q on a healthy master: %v", key, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicaOf[stalled].Resume(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 1 || reports[0].Op != "acquire" || reports[0].Acked != 0 || reports[0].Wanted != 1 {
+		t.Errorf("reports = %+v, want one acquire with 0 of 1 acknowledgements", reports)
+	}
+}
+
+// migrateSlot moves slot from the master at src to the one at dst by hand,
+// as redis-cli --cluster reshard does: IMPORTING on dst, MIGRATING on src,
+// MIGRATE of every key, then SETSLOT NODE everywhere. mid runs after the
+// keys moved and before the slot is reassigned: the source answers ASK
+// for them and TRYAGAIN for scripts whose keys are split.
+func migrateSlot(t *testing.T, cl *redistest.Cluster, slot int, src, dst string, mid func()) {
+	t.Helper()
+	ctx := context.Background()
+	node := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	s, d := node(src), node(dst)
+	dstID, err := d.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcID, err := s.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(cmd *redis.Cmd) {
+		t.Helper()
+		if err := cmd.Err(); err != nil {
+			t.Fatalf("%v: %v", cmd.Args(), err)
+		}
+	}
+	must(d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID))
+	must(s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID))
+	host, port, _ := net.SplitHostPort(dst)
+	for {
+		keys, err := s.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(s.Do(ctx, args...))
+	}
+	if mid != nil {
+		mid()
+	}
+	// The destination first, so that the slot is never without an owner.
+	addrs := []string{dst, src}
+	for _, a := range cl.Addrs() {
+		if a != dst && a != src {
+			addrs = append(addrs, a)
+		}
+	}
+	for _, a := range addrs {
+		must(node(a).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID))
+	}
+}
+
+func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	waiting := newClientOn(t, cl.Client(t), WithQueueTTL(time.Minute))
+	third := newClientOn(t, cl.Client(t))
+	// Two locks in one slot: "moving}renewed" has the hash tag of "moving".
+	const key, renewedKey = "moving", "moving}renewed"
+	k, rk := c.keys(key), c.keys(renewedKey)
+
+	// A held lock with a waiter subscribed to its hand-over channel on the
+	// source master (the waiter re-checks only every 10 s on its own), and
+	// a lock the watchdog renews every 200 ms.
+	l := mustLock(t, c, key, WithTTL(20*time.Second))
+	renewed := mustLock(t, c, renewedKey, WithTTL(600*time.Millisecond))
+	// And one whose renewals wait for a replica: they are sent to the
+	// master found by MasterForKey, so they must follow the slot by
+	// themselves.
+	ackedClient := newClientOn(t, cl.Client(t), WithReplicaAck(1, 200*time.Millisecond, FailClosed))
+	const ackedKey = "moving}acked"
+	acked := mustLock(t, ackedClient, ackedKey, WithTTL(900*time.Millisecond))
+	got := lockAsync(ctx, waiting, key)
+	src := masterOf(t, cc, c, key)
+	if m := masterOf(t, cc, c, renewedKey); m != src {
+		t.Fatalf("%q and %q on different masters", key, renewedKey)
+	}
+	srcNode := redis.NewClient(&redis.Options{Addr: src})
+	defer srcNode.Close()
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		subs, _ := srcNode.PubSubShardNumSub(ctx, k.channel).Result()
+		return cc.ZCard(ctx, k.queue).Val() == 1 && subs[k.channel] == 1
+	})
+	var dst string
+	for _, a := range cl.Addrs() {
+		if a != src {
+			dst = a
+			break
+		}
+	}
+	slot := int(cc.ClusterKeySlot(ctx, k.lock).Val())
+
+	migrateSlot(t, cl, slot, src, dst, func() {
+		// The keys are on dst, the slot still belongs to src: the holder's
+		// single-key scripts follow ASK; nobody else can take the lock.
+		if err := l.Extend(ctx, 20*time.Second); err != nil {
+			t.Errorf("Extend during the migration: %v", err)
+		}
+		if _, err := l.TTL(ctx); err != nil {
+			t.Errorf("TTL during the migration: %v", err)
+		}
+		if l3, err := third.TryLock(ctx, key); err == nil {
+			_ = l3.Unlock(ctx)
+			t.Error("lock taken by another client during the migration")
+		}
+	})
+
+	// The locks live on dst now, held by the same owners, and the watchdog
+	// keeps renewing there (go-redis follows MOVED).
+	dstNode := redis.NewClient(&redis.Options{Addr: dst})
+	defer dstNode.Close()
+	if n := dstNode.Exists(ctx, k.lock, k.fence, k.queue, k.waiters, rk.lock).Val(); n != 5 {
+		t.Fatalf("%d of the 5 keys of the slot on the new master", n)
+	}
+	for i := 0; i < 3; i++ {
+		waitRenewal(t, dstNode, rk.lock)
+		waitRenewal(t, dstNode, c.keys(ackedKey).lock)
+	}
+	for _, h := range []*Lock{l, renewed, acked} {
+		if h.Context().Err() != nil {
+			t.Fatalf("%q lost across the migration: %v", h.Key(), context.Cause(h.Context()))
+		}
+	}
+	if info, err := third.Inspect(ctx, key); err != nil || info.Owner != l.Token() || info.Waiters != 1 {
+		t.Fatalf("after the migration Inspect = %+v, %v", info, err)
+	}
+	if _, err := third.TryLock(ctx, key); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock after the migration = %v, want ErrNotObtained", err)
+	}
+
+	// The server ended the waiter's subscription on src when the slot
+	// left it; dlock subscribed again on dst, so the release wakes the
+	// waiter at once.
+	waitUntil(t, 5*time.Second, "the waiter's subscription on the new master", func() bool {
+		subs, _ := dstNode.PubSubShardNumSub(ctx, k.channel).Result()
+		return subs[k.channel] == 1
+	})
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		l2 := r.l
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("waiter woke %v after the release", d)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("hand-over fence %d <= %d", l2.Fence(), l.Fence())
+		}
+		if err := l2.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the migration")
+	}
+	for _, h := range []*Lock{renewed, acked} {
+		if err := h.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func testClusterMasterRestart(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc)
+	other := newClientOn(t, cl.Client(t))
+	byMaster := keysPerMaster(t, cl, cc, c, "restart:", 1)
+	server := func(addr string) *redistest.Server {
+		for _, n := range cl.Nodes {
+			if n.Addr() == addr {
+				return n
+			}
+		}
+		t.Fatalf("no master at %s", addr)
+		return nil
+	}
+	addrs := cl.Addrs()
+	durable, volatile := addrs[1], addrs[2]
+
+	// A master that writes every change to its AOF restarts with the lock:
+	// the holder keeps it, renewing through the restart.
+	dn := redis.NewClient(&redis.Options{Addr: durable})
+	defer dn.Close()
+	for _, kv := range [][2]string{{"appendonly", "yes"}, {"appendfsync", "always"}} {
+		if err := dn.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "the AOF to be on", func() bool {
+		info := dn.Info(ctx, "persistence").Val()
+		return strings.Contains(info, "aof_enabled:1") && strings.Contains(info, "aof_rewrite_in_progress:0") &&
+			!strings.Contains(info, "aof_rewrite_scheduled:1")
+	})
+	if err := dn.ConfigRewrite(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted cluster master refuses commands (CLUSTERDOWN) for its
+	// first 2 s, so the lease must outlast the restart and those 2 s.
+	held := mustLock(t, c, byMaster[durable][0], WithTTL(4*time.Second))
+	if err := held.Extend(ctx, 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	srv := server(durable)
+	srv.Kill(t)
+	srv.Restart(t)
+	k := c.keys(held.Key())
+	for i := 0; i < 2; i++ {
+		waitRenewal(t, dn, k.lock)
+	}
+	if held.Context().Err() != nil {
+		t.Fatalf("lock lost across a restart with AOF: %v", context.Cause(held.Context()))
+	}
+	if _, err := other.TryLock(ctx, held.Key()); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock after the restart = %v, want ErrNotObtained", err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A master without persistence restarts empty: the holder is told at
+	// its next renewal, and the next holder's fence is still larger.
+	lost := mustLock(t, c, byMaster[volatile][0], WithTTL(2*time.Second))
+	srv = server(volatile)
+	srv.Kill(t)
+	srv.Restart(t)
+	select {
+	case <-lost.Done():
+		if cause := context.Cause(lost.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause = %v, want ErrLockLost", cause)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told that the restart lost its lock")
+	}
+	var next *Lock
+	waitUntil(t, 5*time.Second, "the restarted master to grant the lock", func() bool {
+		// CLUSTERDOWN for the master's first 2 s; never ErrNotObtained.
+		l, err := other.TryLock(ctx, lost.Key())
+		if errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryLock after the restart: %v", err)
+		}
+		next = l
+		return err == nil
+	})
+	if next.Fence() <= lost.Fence() {
+		t.Errorf("fence after the restart %d <= %d before it", next.Fence(), lost.Fence())
+	}
+	_ = next.Unlock(ctx)
+}

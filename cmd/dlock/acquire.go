@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/dlock-go/dlock"
+)
+
+// signalError is the cause of a wait ended by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
+
+// errWaitedTooLong is the cause of a wait ended by --wait.
+var errWaitedTooLong = errors.New("--wait ran out")
+
+// watchSignals returns a context cancelled (with a signalError) by the
+// first signal from sigs, and a function that stops watching and returns
+// that signal's error, if one came. After it returns, sigs is the caller's
+// again.
+func watchSignals(sigs <-chan os.Signal) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case s := <-sigs:
+			cancel(signalError{s})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() error {
+		cancel(nil)
+		<-done
+		if err, ok := context.Cause(ctx).(signalError); ok {
+			return err
+		}
+		return nil
+	}
+}
+
+// interrupted is the exit error of a wait that a signal ended: 128+N, as if
+// the signal had killed dlock.
+func interrupted(err error, format string, args ...any) error {
+	code := 128
+	if se, ok := err.(signalError); ok {
+		if s, ok := se.sig.(syscall.Signal); ok {
+			code += int(s)
+		}
+	}
+	return exitf(code, "%s: %v", fmt.Sprintf(format, args...), err)
+}
+
+// acquire takes the lock for `run`: one attempt with --no-wait, else a wait
+// bounded by --wait (and by ctx, which a signal ends).
+func (a *app) acquire(ctx context.Context, c *conn, f runFlags, key string) (*dlock.Lock, error) {
+	opts := []dlock.LockOption{dlock.WithTTL(a.conn.ttl), dlock.WithMetadata(f.meta)}
+	if f.maxHold > 0 {
+		opts = append(opts, dlock.WithMaxHold(f.maxHold))
+	}
+	if f.wait > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, f.wait, errWaitedTooLong)
+		defer stop()
+	}
+	var l *dlock.Lock
+	var err error
+	if f.noWait {
+		l, err = c.locks.TryLock(ctx, key, opts...)
+	} else {
+		l, err = c.locks.Lock(ctx, key, opts...)
+	}
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, dlock.ErrNotObtained):
+		return nil, exitf(exitNotObtained, "lock %q is held%s; not waiting (--no-wait)", key, a.heldBy(c, key))
+	case errors.Is(context.Cause(ctx), errWaitedTooLong):
+		return nil, exitf(exitNotObtained, "lock %q not obtained within --wait %v; it is held%s", key, f.wait, a.heldBy(c, key))
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx) // a signal: the caller says so
+	default:
+		return nil, redisFailure(err)
+	}
+}
+
+// heldBy says why key could not be taken, as " by ..." (its holder) or
+// " ... queued" (free, but others wait first); "" if that cannot be read.
+func (a *app) heldBy(c *conn, key string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	info, err := c.locks.Inspect(ctx, key)
+	switch {
+	case err != nil:
+		return ""
+	case info.Held:
+		return fmt.Sprintf(" by %s (fence %d, %s of lease left)", holderText(info.Holder), info.Fence, human(info.TTL))
+	case info.Waiters > 0:
+		return fmt.Sprintf(" (just handed over: %d waiters are queued)", info.Waiters)
+	default:
+		return ""
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// adminServer starts a server of the test's own (list must see only the
+// test's locks) and a library Client on it named "admin-test".
+func adminServer(t *testing.T) (url string, c *dlock.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c, err := dlock.New(rdb, dlock.WithClientName("admin-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return redisURL(srv.Addr()), c
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	l, err := c.Lock(context.Background(), "orders:42", dlock.WithMetadata("job 7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+
+	r := dlockRun(t, nil, "--redis", url, "inspect", "orders:42").want(t, 0)
+	for _, want := range []string{
+		"key       orders:42",
+		"state     held",
+		"holder    pid " + strconv.Itoa(os.Getpid()) + " on " + host + ` (admin-test: "job 7")`,
+		"fence     " + strconv.FormatUint(l.Fence(), 10),
+		"holds     1",
+		"owner     " + l.Token(),
+		"waiters   0",
+		"lease     ",
+		"acquired  ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = dlockRun(t, nil, "--redis", url, "inspect", "--json", "orders:42").want(t, 0)
+	var info dlock.LockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
+	}
+	if !info.Held || info.Fence != l.Fence() || info.Owner != l.Token() || info.HoldCount != 1 ||
+		info.Holder.PID != os.Getpid() || info.Holder.Data != "job 7" || info.Holder.Client != "admin-test" ||
+		info.TTL <= 0 || info.TTL > dlock.DefaultTTL || time.Since(info.AcquiredAt) > time.Minute {
+		t.Errorf("inspect --json: %+v", info)
+	}
+
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, "--redis", url, "inspect", "orders:42").want(t, 0)
+	if !strings.Contains(r.stdout, "state     free") || !strings.Contains(r.stdout, strconv.FormatUint(l.Fence(), 10)+" (the last one issued)") {
+		t.Errorf("inspect of a free lock:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "inspect", "--json", "never-taken").want(t, 0)
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.Held || info.Key != "never-taken" {
+		t.Errorf("inspect --json of a free lock: %v %+v", err, info)
+	}
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	for _, k := range []string{"b:2", "a", "b:1"} {
+		if _, err := c.Lock(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := dlockRun(t, nil, "--redis", url, "list").want(t, 0)
+	if got := lines(r.stdout); !slices.Equal(got, []string{"a", "b:1", "b:2"}) {
+		t.Errorf("list: %q", got)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "b:*").want(t, 0)
+	if got := lines(r.stdout); !slices.Equal(got, []string{"b:1", "b:2"}) {
+		t.Errorf("list b:*: %q", got)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--json", "b:*").want(t, 0)
+	var names []string
+	if err := json.Unmarshal([]byte(r.stdout), &names); err != nil || !slices.Equal(names, []string{"b:1", "b:2"}) {
+		t.Errorf("list --json: %v %q", err, r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--json", "nothing*").want(t, 0)
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("list --json of no locks: %q", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--long", "a").want(t, 0)
+	if got := lines(r.stdout); len(got) != 2 || !strings.HasPrefix(got[0], "KEY") || !strings.Contains(got[1], "admin-test") {
+		t.Errorf("list --long:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--long", "--json").want(t, 0)
+	var infos []dlock.LockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 3 || !infos[0].Held {
+		t.Errorf("list --long --json: %v\n%s", err, r.stdout)
+	}
+	// Another prefix sees none of them.
+	r = dlockRun(t, nil, "--redis", url, "--prefix", "other:", "list").want(t, 0)
+	if r.stdout != "" {
+		t.Errorf("list --prefix other: %q", r.stdout)
+	}
+}
+
+// TestReleaseForce removes a lock held by a `dlock run` process while
+// another `dlock run` waits: the waiter gets the lock and runs, and the
+// holder learns it lost the lock.
+func TestReleaseForce(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	env := baseEnv("LOG=" + log)
+	holder := start(t, env, "--redis", url, "--ttl", "600ms", "run", "--meta", "the holder", "stuck", "--",
+		"sh", "-c", `echo holder >> "$LOG"; sleep 1000`)
+	waitUntil(t, 10*time.Second, "the holder to run", func() bool { return fileText(log) == "holder\n" })
+	waiter := start(t, env, "--redis", url, "run", "stuck", "--", "sh", "-c", `echo waiter >> "$LOG"`)
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return inspect(t, c, "stuck").Waiters == 1 })
+	before := inspect(t, c, "stuck")
+
+	r := dlockRun(t, nil, "--redis", url, "release", "stuck").want(t, exitUsage)
+	if !strings.Contains(r.stderr, "--force") {
+		t.Errorf("release without --force: %q", r.stderr)
+	}
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "stuck").want(t, 0)
+	for _, want := range []string{
+		`released lock "stuck"; it was:`,
+		"state     held",
+		`(dlock run: "the holder")`,
+		"fence     " + strconv.FormatUint(before.Fence, 10),
+		"owner     " + before.Owner,
+		"the first of 1 waiters has been handed the lock",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("release output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if code := waiter.wait(t); code != 0 {
+		t.Fatalf("waiter: exit status %d\n%s", code, waiter.stderr.String())
+	}
+	if code := holder.wait(t); code != exitLockLost {
+		t.Fatalf("holder: exit status %d, want %d\n%s", code, exitLockLost, holder.stderr.String())
+	}
+	if got := fileText(log); got != "holder\nwaiter\n" {
+		t.Errorf("log %q", got)
+	}
+
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "stuck").want(t, exitFailure)
+	if got := lines(r.stderr); len(got) != 1 || got[0] != `dlock: lock "stuck" is not held; nothing was removed` {
+		t.Errorf("release of a free lock: %q", r.stderr)
+	}
+
+	l, err := c.Lock(context.Background(), "stuck", dlock.WithMetadata("json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--json", "stuck").want(t, 0)
+	var rep releaseReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("release --json: %v\n%s", err, r.stdout)
+	}
+	if !rep.Released || rep.Lock == nil || !rep.Lock.Held || rep.Lock.Fence != l.Fence() || rep.Lock.Holder.Data != "json" {
+		t.Errorf("release --json: %+v", rep)
+	}
+	if info := inspect(t, c, "stuck"); info.Held {
+		t.Errorf("still held after release --force: %+v", info)
+	}
+}

@@ -1,0 +1,122 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// forwardedSignals are passed on to the command by `run`.
+var forwardedSignals = []os.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+}
+
+// child is the command `run` started.
+type child struct {
+	cmd *exec.Cmd
+	// pgid is the command's own process group, which gets the signals, or
+	// 0 when it shares dlock's group (at an interactive terminal).
+	pgid int
+	done chan struct{} // closed when the command has exited and been reaped
+}
+
+// startChild starts argv in its own process group, so that signals reach
+// the processes it starts too; at an interactive terminal it stays in
+// dlock's group instead, so that it can read the terminal and the terminal's
+// signals (Ctrl-C, Ctrl-Z) reach it directly.
+func startChild(path string, argv, env []string, stdout, stderr io.Writer) (*child, error) {
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}
+	shared := inForeground()
+	if !shared {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	if !shared {
+		c.pgid = cmd.Process.Pid
+	}
+	go func() {
+		_ = cmd.Wait() // the status is read from ProcessState
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// signal sends sig to the command's process group (or the command alone if
+// it shares dlock's group).
+func (c *child) signal(sig syscall.Signal) {
+	if c.pgid > 0 {
+		_ = syscall.Kill(-c.pgid, sig)
+		return
+	}
+	_ = c.cmd.Process.Signal(sig)
+}
+
+// kill sends SIGKILL to what is left of the command's own process group.
+func (c *child) kill() {
+	if c.pgid > 0 {
+		_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
+	}
+}
+
+// status is the command's exit status in shell terms: 128+N if signal N
+// killed it. Call it after done is closed.
+func (c *child) status() int {
+	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		return c.cmd.ProcessState.ExitCode()
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// supervise waits for the command to exit, forwarding signals to it, and
+// stops it if the lock is lost: SIGTERM, then SIGKILL after grace. It
+// returns the cause of the loss, or nil if the lock was still held when the
+// command exited.
+func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace time.Duration) error {
+	lockDone := l.Done()
+	var lost error
+	var graceC <-chan time.Time
+	for {
+		select {
+		case <-ch.done:
+			return lost
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if ch.pgid == 0 && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
+				continue // the terminal sent it to the command as well
+			}
+			ch.signal(sig)
+		case <-lockDone:
+			lockDone = nil
+			lost = context.Cause(l.Context())
+			if lost == nil || errors.Is(lost, dlock.ErrReleased) {
+				lost = dlock.ErrLockLost
+			}
+			fmt.Fprintf(a.stderr, "dlock: lost the lock %q (%s): sending SIGTERM to the command, SIGKILL in %v\n",
+				l.Key(), a.errorLine(lost), grace)
+			ch.signal(syscall.SIGTERM)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			graceC = t.C
+		case <-graceC:
+			graceC = nil
+			fmt.Fprintf(a.stderr, "dlock: the command did not exit within --grace %v: sending SIGKILL\n", grace)
+			ch.signal(syscall.SIGKILL)
+		}
+	}
+}

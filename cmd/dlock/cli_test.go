@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{{}, {"run"}, {"inspect"}, {"list"}, {"release"}, {"demo"}, {"bench"}, {"version"}, {"completion"}, {"completion", "bash"}} {
+		r := dlockRun(t, nil, append(cmd, "--help")...).want(t, 0)
+		if !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("dlock %s --help:\n%s", strings.Join(cmd, " "), r.stdout)
+		}
+	}
+	r := dlockRun(t, nil, "run", "--help").want(t, 0)
+	for _, want := range []string{"KEY -- COMMAND", "--no-wait", "--wait", "--grace", "DLOCK_FENCE", "--redis", "--ttl", "79"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "version").want(t, 0)
+	if !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "go1.") {
+		t.Errorf("version: %q", r.stdout)
+	}
+	if r2 := dlockRun(t, nil, "--version").want(t, 0); r2.stdout != r.stdout {
+		t.Errorf("--version %q, version %q", r2.stdout, r.stdout)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		r := dlockRun(t, nil, "completion", shell).want(t, 0)
+		if !strings.Contains(r.stdout, "dlock") || len(r.stdout) < 500 {
+			t.Errorf("completion %s: %d bytes", shell, len(r.stdout))
+		}
+	}
+	// Lock names complete from the locks held now.
+	c := lockClient(t, shared.Addr())
+	l, err := c.Lock(context.Background(), "complete-me:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	r := dlockRun(t, nil, "__complete", "--redis", sharedURL(), "inspect", "complete-me").want(t, 0)
+	if got := lines(r.stdout); len(got) != 2 || got[0] != "complete-me:1" || got[1] != ":4" {
+		t.Errorf("completion of inspect complete-me: %q", got)
+	}
+	// Commands complete without Redis.
+	r = dlockRun(t, nil, "__complete", "ins").want(t, 0)
+	if !strings.HasPrefix(r.stdout, "inspect\t") {
+		t.Errorf("completion of ins: %q", r.stdout)
+	}
+}

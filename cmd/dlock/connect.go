@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Environment variables read when the matching flag is not given.
+const (
+	envRedisURL         = "DLOCK_REDIS_URL"
+	envSentinelPassword = "DLOCK_SENTINEL_PASSWORD"
+	defaultRedisURL     = "redis://localhost:6379"
+)
+
+// pingTimeout bounds the first PING that tells a command whether Redis can
+// be reached at all.
+const pingTimeout = 5 * time.Second
+
+// connFlags are the global flags that say which Redis to use and how locks
+// are named and leased.
+type connFlags struct {
+	url            string
+	sentinelMaster string
+	sentinels      []string
+	cluster        []string
+	prefix         string
+	ttl            time.Duration
+	// poolSize is the connection pool size the command needs at least
+	// (bench); the URL's pool_size wins if given.
+	poolSize int
+}
+
+func (f *connFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.url, "redis", "", "Redis URL: redis://[user:password@]host:port[/db] or rediss:// for TLS (default $"+envRedisURL+", else "+defaultRedisURL+")")
+	fs.StringVar(&f.sentinelMaster, "sentinel-master", "", "Sentinel master name (with --sentinel)")
+	fs.StringSliceVar(&f.sentinels, "sentinel", nil, "Sentinel addresses host:port,... (with --sentinel-master)")
+	fs.StringSliceVar(&f.cluster, "cluster", nil, "Redis Cluster node addresses host:port,...")
+	fs.StringVar(&f.prefix, "prefix", dlock.DefaultPrefix, "prefix of every Redis key dlock uses; clients that must exclude each other need the same")
+	fs.DurationVar(&f.ttl, "ttl", dlock.DefaultTTL, "lease of a lock: renewed every ttl/3 while held, so a crashed holder frees it within ttl")
+}
+
+// rawURL is the URL given by flag or environment, or "".
+func (f *connFlags) rawURL() string {
+	if f.url != "" {
+		return f.url
+	}
+	return os.Getenv(envRedisURL)
+}
+
+// configured reports whether the user said which Redis to use, by flag or
+// environment (the demo starts its own server otherwise).
+func (f *connFlags) configured() bool {
+	return f.rawURL() != "" || len(f.cluster) > 0 || f.sentinelMaster != "" || len(f.sentinels) > 0
+}
+
+// validate checks the flags that every command shares, before anything
+// connects.
+func (f *connFlags) validate(cmd *cobra.Command) error {
+	if f.ttl < dlock.MinTTL || f.ttl > dlock.MaxTTL {
+		return usagef("--ttl %v: must be between %v and %v", f.ttl, dlock.MinTTL, dlock.MaxTTL)
+	}
+	if f.prefix == "" {
+		return usagef("--prefix must not be empty")
+	}
+	if (f.sentinelMaster == "") != (len(f.sentinels) == 0) {
+		return usagef("--sentinel-master and --sentinel go together")
+	}
+	if f.sentinelMaster != "" && len(f.cluster) > 0 {
+		return usagef("use either --sentinel or --cluster, not both")
+	}
+	if raw := f.rawURL(); raw != "" {
+		if _, err := redis.ParseURL(raw); err != nil {
+			return badURL(raw, err)
+		}
+	}
+	return nil
+}
+
+// badURL is the usage error for a URL that does not parse. A *url.Error
+// quotes the URL, so only its cause is kept.
+func badURL(raw string, err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err
+	}
+	return usagef("invalid Redis URL %s: %v", redactURL(raw), err)
+}
+
+// redisClient returns a go-redis client for the configured deployment and a
+// description of it without secrets. It does not connect.
+func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
+	raw := f.rawURL()
+	if raw == "" {
+		raw = defaultRedisURL
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, "", badURL(raw, err)
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = f.poolSize
+	}
+	switch {
+	case len(f.cluster) > 0:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:        f.cluster,
+			Username:     o.Username,
+			Password:     o.Password,
+			TLSConfig:    o.TLSConfig,
+			DialTimeout:  o.DialTimeout,
+			ReadTimeout:  o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout,
+			PoolSize:     o.PoolSize,
+		}), "Redis Cluster " + strings.Join(f.cluster, ","), nil
+	case f.sentinelMaster != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       f.sentinelMaster,
+			SentinelAddrs:    f.sentinels,
+			SentinelPassword: os.Getenv(envSentinelPassword),
+			Username:         o.Username,
+			Password:         o.Password,
+			DB:               o.DB,
+			TLSConfig:        o.TLSConfig,
+			DialTimeout:      o.DialTimeout,
+			ReadTimeout:      o.ReadTimeout,
+			WriteTimeout:     o.WriteTimeout,
+			PoolSize:         o.PoolSize,
+		}), fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ",")), nil
+	default:
+		desc := o.Addr
+		if o.DB != 0 {
+			desc += fmt.Sprintf(" db %d", o.DB)
+		}
+		return redis.NewClient(o), desc, nil
+	}
+}
+
+// conn is an open connection: the go-redis client and a dlock Client on it.
+type conn struct {
+	rdb   redis.UniversalClient
+	locks *dlock.Client
+	desc  string // where, without secrets
+}
+
+// Close closes the dlock Client, then the Redis client.
+func (c *conn) Close() {
+	_ = c.locks.Close()
+	_ = c.rdb.Close()
+}
+
+// connect opens the configured Redis, checks that it answers, and returns
+// a dlock Client on it named name (shown in the holder metadata).
+func (a *app) connect(ctx context.Context, name string) (*conn, error) {
+	rdb, desc, err := a.conn.redisClient()
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
+	}
+	locks, err := dlock.New(rdb, dlock.WithPrefix(a.conn.prefix), dlock.WithClientName(name), dlock.WithLogger(a.log))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, usagef("%v", err)
+	}
+	return &conn{rdb: rdb, locks: locks, desc: desc}, nil
+}
+
+// redisFailure maps an error from the library to an exit status: bad input
+// is a usage error, everything else means Redis failed.
+func redisFailure(err error) error {
+	switch {
+	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption):
+		return usagef("%v", err)
+	case errors.Is(err, dlock.ErrWrongType):
+		return exitf(exitFailure, "%v", err)
+	default:
+		return exitf(exitUnavailable, "%v", err)
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestDemo runs `dlock demo` end to end with its private redis-server and
+// checks the report's key lines.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "demo").want(t, 0)
+	for _, want := range []string{
+		"(a private redis-server, stopped at the end)",
+		"counter     200, expected 200: exact",
+		"overlaps    none",
+		"hand-overs  ",
+		"latency     from a release to the next holder running: p50 ",
+		"got the lock when A's lease ran out",
+		"B writes    accepted",
+		"that it lost the lock: lock lost",
+		"A writes    REJECTED: its fence ",
+		`resource    "written by B"`,
+		"All checks passed.",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo report lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+	// The private server is gone.
+	m := regexp.MustCompile(`at (127\.0\.0\.1:\d+) \(a private`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no server address in the report:\n%s", r.stdout)
+	}
+	if c, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
+		c.Close()
+		t.Errorf("the private server at %s still answers", m[1])
+	}
+}
+
+// TestDemoOnGivenServer runs a small demo on a server the user names: it
+// uses it, and leaves no key behind.
+func TestDemoOnGivenServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := dlockRun(t, nil, "--redis", redisURL(srv.Addr()), "demo", "--workers", "2", "--increments", "10", "--lease", "200ms").want(t, 0)
+	if !strings.Contains(r.stdout, "counter     20, expected 20: exact") || !strings.Contains(r.stdout, "REJECTED") ||
+		!strings.Contains(r.stdout, "at "+srv.Addr()+"\n") {
+		t.Errorf("demo report:\n%s", r.stdout)
+	}
+	if keys := srv.Client(t).Keys(t.Context(), "*").Val(); len(keys) != 0 {
+		t.Errorf("the demo left keys behind: %q", keys)
+	}
+}
+
+// TestDemoWithoutRedisServer: with no redis-server in $PATH the demo says
+// how to install it.
+func TestDemoWithoutRedisServer(t *testing.T) {
+	t.Parallel()
+	env := baseEnv("PATH=" + t.TempDir())
+	r := dlockRun(t, env, "demo").want(t, exitUnavailable)
+	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "redis-server not found in $PATH") ||
+		!strings.Contains(got[0], "install-redis.sh") || !strings.Contains(got[0], "--redis URL") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+}

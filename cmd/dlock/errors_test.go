@@ -1,0 +1,67 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// secret is the password in the URLs of these tests: it must never be
+// printed.
+const secret = "S3cret-pw"
+
+// TestBadInput checks that each bad input ends dlock with one clear line on
+// stderr, a non-zero status, and no password in the output.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	stopped := redistest.Start(t)
+	stopped.Stop(t) // a port where nothing listens any more
+	// requirepass is set once the server runs: the harness's readiness
+	// probe does not authenticate.
+	guarded := redistest.Start(t)
+	if err := guarded.Client(t).ConfigSet(t.Context(), "requirepass", "the-right-one").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string // in the stderr line
+	}{
+		{"bad URL scheme", nil, []string{"--redis", "http://u:" + secret + "@localhost", "inspect", "k"}, exitUsage, "invalid Redis URL http://u:xxxxx@localhost"},
+		{"unparsable URL", nil, []string{"--redis", "redis://u:" + secret + "@[::1", "list"}, exitUsage, "invalid Redis URL redis://u:xxxxx@[::1"},
+		{"bad database", nil, []string{"--redis", "redis://:" + secret + "@localhost/x", "list"}, exitUsage, `invalid database number: "x"`},
+		{"bad URL in environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@localhost/1/2"}, []string{"list"}, exitUsage, "invalid Redis URL"},
+		{"bad duration", nil, []string{"--ttl", "5x", "inspect", "k"}, exitUsage, `invalid argument "5x" for "--ttl" flag`},
+		{"ttl too short", nil, []string{"--ttl", "1ms", "inspect", "k"}, exitUsage, "--ttl 1ms: must be between 10ms and 24h0m0s"},
+		{"bad wait", nil, []string{"run", "--wait", "soon", "k", "--", "true"}, exitUsage, `invalid argument "soon" for "--wait" flag`},
+		{"negative wait", nil, []string{"run", "--wait", "-1s", "k", "--", "true"}, exitUsage, "--wait -1s: must not be negative"},
+		{"bad grace", nil, []string{"run", "--grace", "1y", "k", "--", "true"}, exitUsage, `invalid argument "1y" for "--grace" flag`},
+		{"missing --", nil, []string{"run", "k", "echo", "hi"}, exitUsage, "missing -- before the command"},
+		{"missing -- with a flag", nil, []string{"run", "k", "sh", "-c", "true"}, exitUsage, "missing -- before the command"},
+		{"missing command", nil, []string{"run", "k", "--"}, exitUsage, "missing COMMAND after --"},
+		{"missing key", nil, []string{"run", "--", "true"}, exitUsage, "missing KEY"},
+		{"unknown command", nil, []string{"lock", "k"}, exitUsage, `unknown command "lock"`},
+		{"unreachable", nil, []string{"--redis", "redis://:" + secret + "@" + stopped.Addr(), "run", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"unreachable from environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@" + stopped.Addr()}, []string{"inspect", "k"}, exitUnavailable, "cannot reach Redis"},
+		{"wrong password", nil, []string{"--redis", "redis://:" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "WRONGPASS"},
+		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := dlockRun(t, baseEnv(tc.env...), tc.args...).want(t, tc.code)
+			if got := lines(r.stderr); len(got) != 1 || !strings.HasPrefix(got[0], "dlock: ") || !strings.Contains(got[0], tc.want) {
+				t.Errorf("stderr %q: want one line with %q", r.stderr, tc.want)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q", r.stdout)
+			}
+			if strings.Contains(r.stderr+r.stdout, secret) {
+				t.Errorf("the password was printed: %q", r.stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// human renders a duration for people: 3 significant digits at most.
+func human(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	case d < 100*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// holderText describes a lock's holder in one phrase:
+// `pid 4242 on web-1 (dlock run: "backup.sh")`.
+func holderText(h dlock.Holder) string {
+	var b strings.Builder
+	switch {
+	case h.PID != 0 && h.Host != "":
+		fmt.Fprintf(&b, "pid %d on %s", h.PID, h.Host)
+	case h.PID != 0:
+		fmt.Fprintf(&b, "pid %d", h.PID)
+	case h.Host != "":
+		b.WriteString(h.Host)
+	default:
+		b.WriteString("an unknown holder")
+	}
+	var extra []string
+	if h.Client != "" {
+		extra = append(extra, h.Client)
+	}
+	if h.Data != "" {
+		extra = append(extra, fmt.Sprintf("%q", h.Data))
+	}
+	if len(extra) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(extra, ": "))
+	}
+	return b.String()
+}
+
+// ago describes an instant relative to now: "3.20s ago".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339Nano), human(time.Since(t)))
+}

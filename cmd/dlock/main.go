@@ -1,0 +1,31 @@
+// Command dlock runs commands under a distributed lock on Redis, inspects
+// and releases locks, and demonstrates and measures the dlock library.
+//
+//	dlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
+//	dlock inspect KEY [--json]                  show a lock's state and holder
+//	dlock list [PATTERN]                        list the locks that are held
+//	dlock release --force KEY                   remove a stuck lock
+//	dlock demo                                  show the lock at work, with real processes
+//	dlock bench                                 measure dlock on a Redis server
+//	dlock version                               print the version
+//	dlock completion SHELL                      print a shell completion script
+//
+// Every command connects with --redis URL (or $DLOCK_REDIS_URL), or
+// --sentinel-master NAME --sentinel ADDR,... for Sentinel, or
+// --cluster ADDR,... for Redis Cluster. It is built on the public API of
+// github.com/dlock-go/dlock only, and runs on Unix-like systems (it manages
+// process groups and signals).
+//
+// Exit status: 0 on success; `run` exits with its command's status (128+N
+// if a signal N killed it); 64 for usage errors (bad flag, duration or URL,
+// missing --); 69 when Redis cannot be reached or fails; 75 when `run` did
+// not get the lock (--no-wait, --wait); 79 when `run` lost the lock and
+// stopped its command; 1 for anything else (for example `release --force`
+// of a lock that is not held).
+package main
+
+import "os"
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,12 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// childProcAttr puts a helper process (private redis-server, demo worker)
+// in its own process group, so that a Ctrl-C at the terminal reaches dlock
+// alone and dlock stops its helpers in order.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"strings"
+)
+
+// redacted replaces secrets in everything dlock prints.
+const redacted = "xxxxx"
+
+// secrets returns the passwords that must never be printed: the URL's
+// (found even if the URL does not parse) and the sentinels'.
+func (f *connFlags) secrets() []string {
+	var s []string
+	raw := f.rawURL()
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			s = append(s, pw)
+		}
+	}
+	if _, pw := splitUserinfo(raw); pw != "" {
+		s = append(s, pw)
+	}
+	for _, pw := range s {
+		if esc := url.QueryEscape(pw); esc != pw {
+			s = append(s, esc)
+		}
+	}
+	if pw := os.Getenv(envSentinelPassword); pw != "" {
+		s = append(s, pw)
+	}
+	return s
+}
+
+// redact removes every secret from msg.
+func (f *connFlags) redact(msg string) string {
+	if raw := f.rawURL(); raw != "" {
+		msg = strings.ReplaceAll(msg, raw, redactURL(raw))
+	}
+	for _, s := range f.secrets() {
+		msg = strings.ReplaceAll(msg, s, redacted)
+	}
+	return msg
+}
+
+// redactURL returns raw with its password replaced, also when raw is not a
+// valid URL (url.Parse errors quote the URL they could not parse).
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	userinfo, pw := splitUserinfo(raw)
+	if pw == "" {
+		return raw
+	}
+	user, _, _ := strings.Cut(userinfo, ":")
+	return strings.Replace(raw, userinfo+"@", user+":"+redacted+"@", 1)
+}
+
+// splitUserinfo finds "user:password" in scheme://user:password@host/...
+// by hand, so it works on strings url.Parse rejects.
+func splitUserinfo(raw string) (userinfo, password string) {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return "", ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		// A '/' may be inside the password; the userinfo ends at the last '@'.
+		if at := strings.LastIndex(rest, "@"); at > i {
+			i = len(rest)
+		}
+		rest = rest[:i]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return "", ""
+	}
+	userinfo = rest[:at]
+	_, password, _ = strings.Cut(userinfo, ":")
+	return userinfo, password
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+// app holds what every command shares: where output goes and how to
+// connect.
+type app struct {
+	stdout, stderr io.Writer
+	conn           connFlags
+	verbose        bool
+	args           []string     // the command line, without the program name
+	log            *slog.Logger // discards unless --verbose
+}
+
+// execute runs the command line args and returns the exit status. Errors
+// are printed as one line on stderr, with any password redacted.
+func execute(args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, args: args, log: slog.New(slog.DiscardHandler)}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err != nil && err.Error() != "" {
+		fmt.Fprintln(stderr, "dlock: "+a.errorLine(err))
+	}
+	return exitStatus(err)
+}
+
+// errorLine renders err as one line without secrets or a doubled prefix.
+func (a *app) errorLine(err error) string {
+	msg := a.conn.redact(err.Error())
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	// Library errors wrap others that carry the same prefix.
+	return strings.ReplaceAll(msg, "dlock: ", "")
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks on Redis: run commands under a lock, inspect and release locks",
+		Long: `dlock takes distributed locks on Redis with the dlock Go library: fair
+(FIFO) waiting, a watchdog that renews the lease while the lock is held, and a
+fencing token with every grant.
+
+Connect with --redis URL (or $DLOCK_REDIS_URL; default redis://localhost:6379),
+with --sentinel-master NAME --sentinel ADDR,... for Sentinel, or with
+--cluster ADDR,... for Redis Cluster. With Sentinel or Cluster, the URL (if
+given) supplies only the credentials, database and TLS; the sentinels' own
+password comes from $DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
+
+Exit status: 0 on success; run exits with its command's status; 64 usage
+error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
+or --wait); 79 lock lost while the command ran; 1 anything else.`,
+		Version:           version(),
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			a.setLogging()
+			return a.conn.validate(cmd)
+		},
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usagef("%v (see '%s --help')", err, cmd.CommandPath())
+	})
+	a.conn.register(root.PersistentFlags())
+	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log what the library and go-redis do, on stderr")
+	root.AddCommand(
+		a.runCmd(),
+		a.inspectCmd(),
+		a.listCmd(),
+		a.releaseCmd(),
+		a.demoCmd(),
+		a.demoWorkerCmd(),
+		a.benchCmd(),
+		a.versionCmd(),
+	)
+	return root
+}
+
+// setLogging sends the library's and go-redis's logs to stderr with
+// --verbose, and silences go-redis otherwise (it would print reconnection
+// noise into a command's output).
+func (a *app) setLogging() {
+	if !a.verbose {
+		redis.SetLogger(quietRedisLogger{})
+		return
+	}
+	a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	redis.SetLogger(slogRedisLogger{a.log})
+}
+
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
+
+type slogRedisLogger struct{ log *slog.Logger }
+
+func (l slogRedisLogger) Printf(ctx context.Context, format string, args ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+}
+
+// exactArgs is cobra.ExactArgs with a usage error (exit status 64).
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %s (see '%s --help')", cmd.Name(), what, cmd.CommandPath())
+		}
+		return nil
+	}
+}

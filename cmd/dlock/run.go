@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Environment the command gets.
+const (
+	envKey   = "DLOCK_KEY"
+	envToken = "DLOCK_TOKEN"
+	envFence = "DLOCK_FENCE"
+)
+
+// releaseTimeout bounds the release after the command exits.
+const releaseTimeout = 5 * time.Second
+
+// runFlags are the flags of `dlock run`.
+type runFlags struct {
+	noWait  bool
+	wait    time.Duration
+	grace   time.Duration
+	maxHold time.Duration
+	meta    string
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] KEY -- COMMAND [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long: `Run waits for the lock KEY (in arrival order, woken the moment it is handed
+over), runs COMMAND while the lease is renewed every --ttl/3, releases the lock
+when COMMAND exits, and exits with COMMAND's status (128+N if signal N killed it).
+
+COMMAND gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment. Pass
+DLOCK_FENCE with every write to the resource the lock protects, and have the
+resource reject a fence smaller than the largest it has seen: that stops a
+holder that paused past its lease.
+
+If the lock is lost while COMMAND runs (a renewal finds another owner, Redis
+cannot be reached for a whole lease, or --max-hold passes), COMMAND's process
+group gets SIGTERM, then SIGKILL after --grace, and dlock exits with status 79.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
+forwarded to COMMAND's process group; dlock releases the lock once COMMAND has
+exited. At an interactive terminal COMMAND stays in dlock's process group, so
+it can use the terminal; Ctrl-C then reaches it directly and is not forwarded
+twice.
+
+Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
+79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 64 usage; 69
+Redis unreachable.`,
+		Example: `  dlock run nightly-report -- ./report.sh --date today
+  dlock run --no-wait --ttl 10s deploy -- make deploy
+  dlock run --wait 30s --meta "job 42" import:orders -- python import.py`,
+		Args: runArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(cmd); err != nil {
+				return err
+			}
+			return a.run(f, args[0], args[1:])
+		},
+	}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if !slices.Contains(a.args, "--") {
+			// `dlock run KEY sh -c x`: -c was taken for a flag of dlock's.
+			return usagef("missing -- before the command: dlock run [flags] KEY -- COMMAND [ARGS...] (%v)", err)
+		}
+		return usagef("%v (see '%s --help')", err, cmd.CommandPath())
+	})
+	fs := cmd.Flags()
+	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (status 75) if the lock is held")
+	fs.DurationVar(&f.wait, "wait", 0, "give up waiting after this long (status 75); 0 waits as long as it takes")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long, so a hung COMMAND cannot keep the lock forever; 0 for no limit")
+	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
+	return cmd
+}
+
+// runArgs checks the shape KEY -- COMMAND [ARGS...].
+func runArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0 && len(args) > 1:
+		return usagef("missing -- before the command: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case dash < 0 && len(args) == 1:
+		return usagef("missing -- COMMAND after KEY: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case dash < 0 || dash == 0:
+		return usagef("missing KEY: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case dash > 1:
+		return usagef("run takes one KEY before --, got %d arguments: dlock run [flags] KEY -- COMMAND [ARGS...]", dash)
+	case len(args) == 1:
+		return usagef("missing COMMAND after --: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	}
+	return nil
+}
+
+func (f *runFlags) validate(cmd *cobra.Command) error {
+	switch {
+	case f.noWait && cmd.Flags().Changed("wait"):
+		return usagef("use either --no-wait or --wait, not both")
+	case f.wait < 0:
+		return usagef("--wait %v: must not be negative", f.wait)
+	case f.grace < 0:
+		return usagef("--grace %v: must not be negative", f.grace)
+	case f.maxHold < 0:
+		return usagef("--max-hold %v: must not be negative", f.maxHold)
+	}
+	return nil
+}
+
+// run is `dlock run`: lock, run, release.
+func (a *app) run(f runFlags, key string, argv []string) error {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitf(127, "%s: command not found", argv[0])
+		}
+		return exitf(126, "%s: cannot run: %v", argv[0], err)
+	}
+	// Catch signals before taking the lock: from now on they end the wait
+	// or go to the command, and never kill dlock while it holds the lock.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	ctx, stopWatching := watchSignals(sigs)
+	c, err := a.connect(ctx, "dlock run")
+	if err != nil {
+		if serr := stopWatching(); serr != nil {
+			return interrupted(serr, "connecting to Redis")
+		}
+		return err
+	}
+	defer c.Close()
+	if f.meta == "" {
+		f.meta = argv[0]
+	}
+	l, err := a.acquire(ctx, c, f, key)
+	if serr := stopWatching(); serr != nil {
+		// The lock may have come just as the signal did.
+		if l != nil {
+			a.unlock(l)
+		}
+		return interrupted(serr, "waiting for lock %q", key)
+	}
+	if err != nil {
+		return err
+	}
+
+	env := append(os.Environ(),
+		envKey+"="+key,
+		envToken+"="+l.Token(),
+		envFence+"="+strconv.FormatUint(l.Fence(), 10),
+	)
+	ch, err := startChild(path, argv, env, a.stdout, a.stderr)
+	if err != nil {
+		a.unlock(l)
+		return exitf(126, "%s: cannot run: %v", argv[0], err)
+	}
+	lost := a.supervise(ch, l, sigs, f.grace)
+	status := ch.status()
+	if lost != nil {
+		ch.kill() // whatever is left of its process group works without the lock
+		return exitf(exitLockLost, "lock %q was lost while the command ran (%v); the command was stopped (its status: %d)", key, lost, status)
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := l.Unlock(uctx); err != nil {
+		if errors.Is(err, dlock.ErrNotHeld) {
+			return exitf(exitLockLost, "lock %q was lost before the command finished (%v): its work may have overlapped another holder's (its status: %d)", key, err, status)
+		}
+		fmt.Fprintf(a.stderr, "dlock: warning: could not release lock %q (%s); it expires within --ttl %v\n", key, a.errorLine(err), a.conn.ttl)
+	}
+	if status != 0 {
+		return &exitError{code: status}
+	}
+	return nil
+}
+
+// unlock releases l on the way out of a failure, best effort.
+func (a *app) unlock(l *dlock.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = l.Unlock(ctx)
+}

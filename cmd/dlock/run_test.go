@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestRunPassesExitStatusAndEnvironment(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "--redis", sharedURL(), "run", "run-status", "--",
+		"sh", "-c", `echo "$DLOCK_KEY $DLOCK_FENCE ${#DLOCK_TOKEN}"; exit 7`).want(t, 7)
+	f := strings.Fields(r.stdout)
+	if len(f) != 3 || f[0] != "run-status" || f[2] != "32" {
+		t.Fatalf("command saw DLOCK_KEY DLOCK_FENCE len(DLOCK_TOKEN) = %q", r.stdout)
+	}
+	if fence, err := strconv.ParseUint(f[1], 10, 64); err != nil || fence == 0 {
+		t.Fatalf("DLOCK_FENCE = %q", f[1])
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	dlockRun(t, nil, "--redis", sharedURL(), "run", "run-status", "--", "true").want(t, 0)
+	// Killed by a signal: 128 + its number, as a shell reports it.
+	dlockRun(t, nil, "--redis", sharedURL(), "run", "run-status", "--", "sh", "-c", "kill -TERM $$").want(t, 128+15)
+	r = dlockRun(t, nil, "--redis", sharedURL(), "run", "run-status", "--", "no-such-command-dlock").want(t, 127)
+	if !strings.Contains(r.stderr, "command not found") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), "run-status"); info.Held {
+		t.Errorf("lock still held after the commands: %+v", info)
+	}
+}
+
+// TestRunMutualExclusion runs two `dlock run` processes whose commands log
+// start and end markers; the first blocks (on a FIFO) until the second is
+// queued, so their sections would interleave without the lock.
+func TestRunMutualExclusion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	fifos := []string{filepath.Join(dir, "go1"), filepath.Join(dir, "go2")}
+	for _, f := range fifos {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `echo "start $1" >> "$LOG"; read x < "$2"; echo "end $1" >> "$LOG"`
+	env := baseEnv("LOG=" + log)
+	runOne := func(n int) *proc {
+		return start(t, env, "--redis", sharedURL(), "run", "mutex", "--",
+			"sh", "-c", script, "sh", strconv.Itoa(n), fifos[n-1])
+	}
+	c := lockClient(t, shared.Addr())
+
+	p1 := runOne(1)
+	waitUntil(t, 10*time.Second, "the first command to start", func() bool { return fileText(log) == "start 1\n" })
+	p2 := runOne(2)
+	waitUntil(t, 10*time.Second, "the second dlock to queue", func() bool { return inspect(t, c, "mutex").Waiters == 1 })
+	if got := fileText(log); got != "start 1\n" {
+		t.Fatalf("second command started while the first held the lock:\n%s", got)
+	}
+	release(t, fifos[0])
+	waitUntil(t, 10*time.Second, "the second command to start", func() bool { return strings.Contains(fileText(log), "start 2") })
+	release(t, fifos[1])
+	if c1, c2 := p1.wait(t), p2.wait(t); c1 != 0 || c2 != 0 {
+		t.Fatalf("exit statuses %d, %d\n%s\n%s", c1, c2, p1.stderr.String(), p2.stderr.String())
+	}
+	if got, want := fileText(log), "start 1\nend 1\nstart 2\nend 2\n"; got != want {
+		t.Fatalf("log:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// release writes a line to a FIFO a command reads, once it has opened it.
+func release(t *testing.T, fifo string) {
+	t.Helper()
+	var f *os.File
+	waitUntil(t, 10*time.Second, "a reader on "+fifo, func() bool {
+		var err error
+		f, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		return err == nil // ENXIO until the reader opens it
+	})
+	defer f.Close()
+	if _, err := f.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunNoWaitAndBoundedWait(t *testing.T) {
+	t.Parallel()
+	c := lockClient(t, shared.Addr())
+	l, err := c.Lock(context.Background(), "busy", dlock.WithMetadata("held by the test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+
+	r := dlockRun(t, nil, "--redis", sharedURL(), "run", "--no-wait", "busy", "--", "true").want(t, exitNotObtained)
+	if !strings.Contains(r.stderr, `lock "busy" is held by pid `+strconv.Itoa(os.Getpid())) || !strings.Contains(r.stderr, "held by the test") {
+		t.Errorf("stderr does not say who holds the lock: %q", r.stderr)
+	}
+	begin := time.Now()
+	r = dlockRun(t, nil, "--redis", sharedURL(), "run", "--wait", "300ms", "busy", "--", "true").want(t, exitNotObtained)
+	if waited := time.Since(begin); waited < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before --wait 300ms", waited)
+	}
+	if !strings.Contains(r.stderr, "not obtained within --wait 300ms") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	if n := len(lines(r.stderr)); n != 1 {
+		t.Errorf("%d lines on stderr, want 1: %q", n, r.stderr)
+	}
+	if info := inspect(t, c, "busy"); info.Waiters != 0 {
+		t.Errorf("%d waiters left in the queue", info.Waiters)
+	}
+}
+
+// TestRunLostLockStopsCommand force-releases the lock of a running
+// command: dlock learns it at its next renewal, sends SIGTERM to the
+// command's process group, SIGKILLs what is left after the command exits,
+// and exits with status 79.
+func TestRunLostLockStopsCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+	// The background sleep ignores SIGTERM: it must still not outlive dlock.
+	script := `trap 'echo TERM >> "$LOG"; exit 3' TERM
+(trap '' TERM; exec sleep 1000) & echo $! > "$PIDF"
+echo started >> "$LOG"
+wait`
+	p := start(t, baseEnv("LOG="+log, "PIDF="+pidFile),
+		"--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "20s", "lost", "--", "sh", "-c", script)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), "lost"); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if got := fileText(log); got != "started\nTERM\n" {
+		t.Errorf("command log %q: it did not get SIGTERM", got)
+	}
+	stderr := p.stderr.String()
+	for _, want := range []string{`lost the lock "lost"`, "SIGTERM", `lock "lost" was lost while the command ran`, "its status: 3"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the command's background process to be killed", func() bool { return processGone(pid) })
+}
+
+func TestRunLostLockKillsAfterGrace(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	p := start(t, baseEnv("LOG="+log), "--redis", sharedURL(), "--ttl", "600ms",
+		"run", "--grace", "200ms", "stubborn", "--", "sh", "-c", `trap '' TERM; echo started >> "$LOG"; sleep 1000`)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), "stubborn"); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	stderr := p.stderr.String()
+	for _, want := range []string{"did not exit within --grace 200ms: sending SIGKILL", "its status: 137"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// TestRunForwardsSignals sends SIGTERM and SIGINT to dlock: the command
+// gets them, dlock exits with the command's status, and the lock is free.
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	c := lockClient(t, shared.Addr())
+	for _, tc := range []struct {
+		sig    syscall.Signal
+		script string
+		want   int
+	}{
+		// The command handles the signal and exits 42.
+		{syscall.SIGTERM, `trap 'echo got >> "$LOG"; exit 42' TERM; echo started >> "$LOG"; sleep 1000 & wait`, 42},
+		// The command dies of it: 128 + 2.
+		{syscall.SIGINT, `echo started >> "$LOG"; exec sleep 1000`, 130},
+	} {
+		key := "forward-" + tc.sig.String()
+		log := filepath.Join(t.TempDir(), "log")
+		p := start(t, baseEnv("LOG="+log), "--redis", sharedURL(), "run", key, "--", "sh", "-c", tc.script)
+		waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.HasPrefix(fileText(log), "started\n") })
+		if err := p.cmd.Process.Signal(tc.sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t); code != tc.want {
+			t.Errorf("%v: exit status %d, want %d; stderr:\n%s", tc.sig, code, tc.want, p.stderr.String())
+		}
+		if tc.sig == syscall.SIGTERM && fileText(log) != "started\ngot\n" {
+			t.Errorf("%v: the command did not get the signal: log %q", tc.sig, fileText(log))
+		}
+		if info := inspect(t, c, key); info.Held {
+			t.Errorf("%v: lock still held after dlock exited: %+v", tc.sig, info)
+		}
+	}
+}
+
+// TestRunSignalWhileWaiting interrupts a dlock that waits for the lock: it
+// leaves the queue and exits 128+15 without running the command.
+func TestRunSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
+	c := lockClient(t, shared.Addr())
+	l, err := c.Lock(context.Background(), "waiting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--redis", sharedURL(), "run", "waiting", "--", "sh", "-c", "echo ran")
+	waitUntil(t, 10*time.Second, "dlock to queue", func() bool { return inspect(t, c, "waiting").Waiters == 1 })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 128+15 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr.String())
+	}
+	if strings.Contains(p.stdout.String(), "ran") {
+		t.Error("the command ran")
+	}
+	if info := inspect(t, c, "waiting"); info.Waiters != 0 || info.Owner != l.Token() {
+		t.Errorf("after the interrupted wait: %+v", info)
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,182 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// DegradedMode says what a Client does when Redis cannot be reached while
+// it takes a lock.
+type DegradedMode uint8
+
+const (
+	// FailFast returns the error (the default): no lock without Redis.
+	FailFast DegradedMode = iota
+	// LocalFallback grants the lock in-process only when Redis cannot be
+	// reached, so the goroutines of one Client still take turns. It is NOT
+	// a distributed lock: other processes are not excluded at all, and
+	// nothing is fenced.
+	LocalFallback
+)
+
+// String returns "fail_fast" or "local_fallback".
+func (m DegradedMode) String() string {
+	return label([]string{"fail_fast", "local_fallback"}, int(m))
+}
+
+// ErrDegraded is returned by Extend and TTL of a degraded lock: it has no
+// lease to extend or read.
+var ErrDegraded = errors.New("dlock: degraded lock: held in this process only, Redis was unreachable")
+
+// WithDegradedMode sets what the Client does when Redis cannot be reached
+// (connection refused or reset, timeouts, a server still loading or without
+// a master): FailFast (the default) returns the error; LocalFallback hands
+// out a degraded Lock, taken on an in-process lock of this Client only, and
+// logs a warning.
+//
+// LocalFallback is unsafe across processes: while Redis is down, every
+// process believes it holds the lock, and one that still reaches Redis may
+// hold it too. Use it only where a process serializing its own work is
+// better than stopping, and the work tolerates running twice. A degraded
+// Lock reports Degraded() true and Fence() 0 (so a fenced resource rejects
+// its writes), has no lease (Extend and TTL return ErrDegraded) and is never
+// lost except by Close; it stays degraded until unlocked, even if Redis
+// comes back. LocalFallback turns WithLocalQueue on, so that a degraded Lock
+// and a Lock taken from Redis by the same Client never overlap.
+func WithDegradedMode(m DegradedMode) Option {
+	return func(c *clientConfig) { c.ext.degraded = m }
+}
+
+// Degraded reports whether the lock was taken in-process only because
+// Redis was unreachable (WithDegradedMode): it excludes the goroutines of
+// its Client and nothing else.
+func (l *Lock) Degraded() bool { return l.h.x != nil && l.h.x.degraded }
+
+// degrade grants a lock in-process only after the Redis acquisition failed
+// with err: x already holds the key's local lock.
+func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.Request, cfg *lockConfig, cause error) (*Lock, error) {
+	x.degraded = true
+	x.count = 1
+	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, ttl: cfg.ttl, x: x.granted()}
+	// No lease: the watchdog never renews it nor declares it lost; it only
+	// tells it at Close.
+	h.deadline = time.Now().Add(100 * 365 * 24 * time.Hour)
+	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, req.Key}, h))
+	if err := c.dog.add(h); err != nil {
+		h.cancel(err)
+		c.acquireEnd(actx, x, req, nil, err)
+		return nil, err
+	}
+	c.log.Warn("dlock: Redis unreachable: lock held in this process only (degraded mode, other processes are not excluded)",
+		"key", req.Key, "error", cause)
+	c.acquireEnd(actx, x, req, h, nil)
+	return &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}, nil
+}
+
+// unreachable reports whether err, from an acquisition whose context ctx
+// is still live, means that Redis could not be reached, rather than an
+// answer (held elsewhere, wrong type) or the caller giving up.
+func unreachable(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) || errors.Is(err, ErrWrongType) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true // dial, read or write failed (even if also a timeout)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Answers of a server that cannot serve the lock now.
+		msg := rerr.Error()
+		for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// degradedBackend stands for the backend of a degraded lock: it only counts
+// reentrant holds; the in-process lock itself is given back by the release
+// of level 1 (Client.release).
+type degradedBackend struct{ x *holdExtra }
+
+var _ backend.Backend = degradedBackend{}
+
+func (degradedBackend) Acquire(context.Context, backend.Request) (backend.Grant, error) {
+	return backend.Grant{}, ErrDegraded
+}
+
+func (degradedBackend) Renew(_ context.Context, rs []backend.Renewal) []backend.Outcome {
+	return make([]backend.Outcome, len(rs))
+}
+
+func (degradedBackend) Extend(context.Context, *backend.Lease, time.Duration) (backend.Outcome, error) {
+	return backend.Unknown, ErrDegraded
+}
+
+func (degradedBackend) TTL(context.Context, *backend.Lease) (time.Duration, backend.Outcome, error) {
+	return 0, backend.Unknown, ErrDegraded
+}
+
+// Release mirrors lua/release.lua on the in-process hold count.
+func (d degradedBackend) Release(_ context.Context, _ *backend.Lease, level int) (int64, error) {
+	d.x.mu.Lock()
+	defer d.x.mu.Unlock()
+	if d.x.count == 0 {
+		return -1, nil
+	}
+	keep := level - 1
+	if d.x.count <= keep {
+		return int64(d.x.count), nil
+	}
+	d.x.count = keep
+	return int64(keep), nil
+}
+
+func (d degradedBackend) Reenter(context.Context, *backend.Lease) (int64, error) {
+	d.x.mu.Lock()
+	defer d.x.mu.Unlock()
+	if d.x.count == 0 {
+		return 0, nil
+	}
+	d.x.count++
+	return int64(d.x.count), nil
+}
+
+func (degradedBackend) Close() error { return nil }
+
+// beFor returns the backend that h lives in.
+func (c *Client) beFor(h *hold) backend.Backend {
+	if h.x != nil && h.x.degraded {
+		return degradedBackend{h.x}
+	}
+	return c.be
+}
+
+// validate checks the mode.
+func (m DegradedMode) validate() error {
+	if m > LocalFallback {
+		return fmt.Errorf("%w: degraded mode %d", ErrInvalidOption, m)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestDegradedModeWhenRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	// Fail fast at the client too: no retries, no dial back-off.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	var logs syncBuffer
+	rec := &recorder{}
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	failFast := newClientOn(t, rdb)
+	ctx := context.Background()
+
+	// Redis up: a lock from Redis.
+	l := mustLock(t, c, "job")
+	if l.Degraded() || l.Fence() == 0 {
+		t.Fatalf("lock with Redis up: degraded %v, fence %d", l.Degraded(), l.Fence())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Stop(t)
+
+	// The default fails fast.
+	if _, err := failFast.Lock(ctx, "job"); err == nil || !unreachable(ctx, err) {
+		t.Fatalf("fail-fast Lock with Redis down = %v, want the connection error", err)
+	}
+	// The fallback grants an in-process lock and says so.
+	l, err := c.Lock(ctx, "job")
+	if err != nil {
+		t.Fatalf("Lock with Redis down and LocalFallback: %v", err)
+	}
+	if !l.Degraded() || l.Fence() != 0 || l.Context().Err() != nil {
+		t.Fatalf("degraded lock: Degraded %v, Fence %d, Context %v", l.Degraded(), l.Fence(), l.Context().Err())
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "degraded") {
+		t.Errorf("no warning logged for the degraded lock:\n%s", out)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrDegraded) {
+		t.Errorf("Extend of a degraded lock = %v, want ErrDegraded", err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, ErrDegraded) {
+		t.Errorf("TTL of a degraded lock = %v, want ErrDegraded", err)
+	}
+	// It still excludes the Client's other goroutines...
+	if _, err := c.TryLock(ctx, "job"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock while a degraded lock is held = %v, want ErrNotObtained", err)
+	}
+	next := make(chan *Lock, 1)
+	go func() {
+		w, err := c.Lock(ctx, "job")
+		if err != nil {
+			t.Error(err)
+		}
+		next <- w
+	}()
+	waitUntil(t, 5*time.Second, "the second goroutine to wait", func() bool { return localWaiting(c, "job") == 1 })
+	// ...and re-enters.
+	inner, err := c.Lock(l.Context(), "job")
+	if err != nil {
+		t.Fatalf("re-entering a degraded lock: %v", err)
+	}
+	if !inner.Degraded() {
+		t.Error("re-entered degraded lock is not degraded")
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("inner Unlock ended the outer lock")
+	}
+	select {
+	case <-next:
+		t.Fatal("the second goroutine got the lock before the outer Unlock")
+	default:
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of a degraded lock: %v", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrReleased) {
+		t.Errorf("cause after Unlock = %v", context.Cause(l.Context()))
+	}
+	w := <-next
+	if w == nil || !w.Degraded() {
+		t.Fatal("the second goroutine did not get a degraded lock")
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "job", func(context.Context) error { return nil }); err != nil {
+		t.Errorf("Do with Redis down: %v", err)
+	}
+
+	// Redis back: locks come from Redis again.
+	srv.Restart(t)
+	var back *Lock
+	waitUntil(t, 10*time.Second, "a lock from Redis", func() bool {
+		l, err := c.TryLock(ctx, "job")
+		if err != nil {
+			return false
+		}
+		if l.Degraded() {
+			_ = l.Unlock(ctx)
+			return false
+		}
+		back = l
+		return true
+	})
+	if back.Fence() == 0 {
+		t.Error("lock from Redis has no fence")
+	}
+	if err := back.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Close loses a held degraded lock; its Unlock still frees it.
+	srv.Stop(t)
+	d, err := c.Lock(ctx, "other")
+	if err != nil || !d.Degraded() {
+		t.Fatalf("Lock = %v, %v", d, err)
+	}
+	c.Close()
+	if !errors.Is(context.Cause(d.Context()), ErrClosed) {
+		t.Errorf("degraded lock after Close: %v", context.Cause(d.Context()))
+	}
+	if err := d.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if c.ext.local.size() != 0 {
+		t.Error("in-process locks left")
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var degraded int
+	for _, e := range rec.acquires {
+		if e.Outcome == AcquireDegraded {
+			degraded++
+		}
+	}
+	if degraded < 4 { // l, w, Do, d
+		t.Errorf("%d degraded acquisitions observed, want at least 4", degraded)
+	}
+}
+
+func TestDegradedModeOption(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := New(srv.Client(t), WithDegradedMode(7)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("New with an unknown mode = %v", err)
+	}
+	if FailFast.String() != "fail_fast" || LocalFallback.String() != "local_fallback" {
+		t.Error("mode names")
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	live := context.Background()
+	over, cancel := context.WithCancel(live)
+	cancel()
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{live, fmt.Errorf("dlock: lock %q: %w", "k", dial), true},
+		{live, fmt.Errorf("x: %w", io.EOF), true},
+		{live, fmt.Errorf("x: %w", syscall.ECONNRESET), true},
+		{live, redis.ErrPoolTimeout, true},
+		{live, fmt.Errorf("x: %w", errors.Join(context.DeadlineExceeded, dial)), true},
+		{over, fmt.Errorf("x: %w", dial), false}, // the caller gave up
+		{live, fmt.Errorf("x: %w", ErrNotObtained), false},
+		{live, ErrClosed, false},
+		{live, redis.ErrClosed, false},
+		{live, fmt.Errorf("x: %w", context.DeadlineExceeded), false},
+		{live, fmt.Errorf("dlock: %w: %w", ErrWrongType, errors.New("WRONGTYPE x")), false},
+		{live, errors.New("plain"), false},
+		{live, redis.ErrCrossSlot, false}, // an answer, not an outage
+	} {
+		if got := unreachable(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestRun(t *testing.T) {
+	srv := redistest.Start(t)
+	var out strings.Builder
+	if err := run(context.Background(), srv.Addr(), "127.0.0.1:0", 300*time.Millisecond, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`dlock_acquisitions_total{group="order",mode="lock",outcome="acquired"}`,
+		`dlock_acquisitions_total{group="report",mode="lock",outcome="acquired"}`,
+		`dlock_hold_seconds_count{group="order"}`,
+		`dlock_acquire_wait_seconds_sum{group="order"`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %s:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// This file joins the optional features (Observer, debug logs, the local
+// queue, the degraded mode, adaptive leases) to the lock's life: acquire.go,
+// lock.go and watchdog.go call these hooks. With none of the features on, a
+// hook is a nil check: no allocation, no clock read.
+
+// clientExtConfig holds the Client options of the optional features.
+type clientExtConfig struct {
+	observer   Observer
+	localQueue bool
+	degraded   DegradedMode
+}
+
+// clientExt is the Client's state for the optional features.
+type clientExt struct {
+	on       bool     // any of the below is set
+	obs      Observer // nil: report nothing
+	local    *localLocks
+	degraded DegradedMode
+}
+
+func (cfg clientExtConfig) build() (clientExt, error) {
+	if err := cfg.degraded.validate(); err != nil {
+		return clientExt{}, err
+	}
+	x := clientExt{obs: cfg.observer, degraded: cfg.degraded}
+	if cfg.localQueue || cfg.degraded == LocalFallback {
+		x.local = newLocalLocks()
+	}
+	x.on = x.obs != nil || x.local != nil
+	return x, nil
+}
+
+// lockExtConfig holds the lock options of the optional features.
+type lockExtConfig struct {
+	adaptive *adaptiveConfig // WithAdaptiveTTL
+}
+
+// holdExtra is a hold's state for the optional features; nil when none is
+// on for it.
+type holdExtra struct {
+	start    time.Time  // the acquisition began
+	acquired time.Time  // it was granted
+	local    *localHold // the key's in-process lock, given back at the last Unlock
+	record   bool       // record the hold time for adaptive leases at release
+	degraded bool       // held in-process only (degraded mode)
+
+	mu    sync.Mutex
+	count int // hold count of a degraded lock
+}
+
+// granted records that the lock was granted now; it returns x.
+func (x *holdExtra) granted() *holdExtra {
+	if x != nil {
+		x.acquired = time.Now()
+	}
+	return x
+}
+
+// held is how long the lock has been held.
+func (x *holdExtra) held() time.Duration {
+	if x == nil || x.acquired.IsZero() {
+		return 0
+	}
+	return time.Since(x.acquired)
+}
+
+// prepare runs before the backend is asked for a lock: it tells the
+// Observer, waits in the local queue and sizes an adaptive lease. It
+// returns the context to acquire with (the Observer's) and the hold's
+// state, nil if no feature needs one.
+func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockConfig) (*holdExtra, context.Context, error) {
+	a := cfg.ext.adaptive
+	if a != nil {
+		if err := a.validate(cfg); err != nil {
+			return nil, ctx, err
+		}
+	}
+	if !c.ext.on && a == nil && !c.log.Enabled(ctx, slog.LevelDebug) {
+		return nil, ctx, nil
+	}
+	x := &holdExtra{start: time.Now()}
+	if c.ext.obs != nil {
+		if octx := c.ext.obs.AcquireStart(ctx, AcquireStartEvent{Key: req.Key, Wait: req.Wait}); octx != nil {
+			ctx = octx
+		}
+	}
+	if c.ext.local != nil {
+		lh, checks, err := c.ext.local.lock(ctx, req.Key, req.Wait, req.Retry, c.closed)
+		if err != nil {
+			c.acquireEnd(ctx, x, req, nil, err)
+			return nil, ctx, err
+		}
+		x.local = lh
+		if checks > 0 && req.Retry != nil {
+			req.Retry = offsetRetry{req.Retry, checks}
+		}
+	}
+	if a != nil {
+		x.record = c.sizeLease(ctx, req, cfg, a)
+	}
+	return x, ctx, nil
+}
+
+// acquireFailed handles an acquisition the backend refused with err: in
+// the degraded mode an unreachable Redis still gets an in-process lock.
+func (c *Client) acquireFailed(ctx, actx context.Context, x *holdExtra, req *backend.Request, cfg *lockConfig, err error) (*Lock, error) {
+	if x != nil && x.local != nil && c.ext.degraded == LocalFallback && unreachable(ctx, err) {
+		return c.degrade(ctx, actx, x, req, cfg, err)
+	}
+	c.acquireEnd(actx, x, req, nil, err)
+	return nil, err
+}
+
+// acquireEnd reports the end of an acquisition: h is the hold if granted,
+// err the error if not (then the local lock is given back).
+func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Request, h *hold, err error) {
+	if x == nil {
+		return
+	}
+	e := AcquireEndEvent{Key: req.Key, Wait: req.Wait, WaitTime: time.Since(x.start), Err: err}
+	switch {
+	case err == nil && x.degraded:
+		e.Outcome = AcquireDegraded
+	case err == nil:
+		e.Outcome, e.Fence = AcquireOK, h.fence
+	case errors.Is(err, ErrNotObtained):
+		e.Outcome = AcquireNotObtained
+	case ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		e.Outcome = AcquireCanceled
+	default:
+		e.Outcome = AcquireError
+	}
+	if err != nil {
+		x.local.unlock()
+	}
+	if c.ext.obs != nil {
+		c.ext.obs.AcquireEnd(ctx, e)
+	}
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		if err != nil {
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquire failed", slog.String("key", req.Key),
+				slog.String("outcome", e.Outcome.String()), slog.Duration("wait", e.WaitTime), slog.Any("error", err))
+		} else {
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquired", slog.String("key", req.Key),
+				slog.Uint64("fence", e.Fence), slog.Duration("wait", e.WaitTime), slog.Bool("degraded", x.degraded))
+		}
+	}
+}
+
+// reentered reports a re-entry.
+func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
+	if c.ext.obs == nil && !c.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	e := ReenterEvent{Key: h.lease.Key, Err: err}
+	if l != nil && err == nil {
+		e.Level = l.level
+	}
+	if c.ext.obs != nil {
+		c.ext.obs.Reenter(ctx, e)
+	}
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.Int("level", e.Level), slog.Any("error", err))
+	}
+}
+
+// release gives back a hold's level (Unlock): through the hold's backend,
+// recording the hold time of an adaptive lock, and freeing the local lock
+// at the outermost level, whatever Redis answered (the caller is done with
+// the lock).
+func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error) {
+	x := h.x
+	if x == nil {
+		return c.be.Release(ctx, h.lease, level)
+	}
+	rctx := ctx
+	if c.ext.obs != nil {
+		if octx := c.ext.obs.ReleaseStart(ctx, ReleaseStartEvent{Key: h.lease.Key, Level: level}); octx != nil {
+			rctx = octx
+		}
+	}
+	held := x.held()
+	var left int64
+	var err error
+	if hr, ok := c.be.(backend.HoldRecorder); ok && x.record && level == 1 && !x.degraded {
+		left, err = hr.ReleaseRecording(rctx, h.lease, level, held)
+	} else {
+		left, err = c.beFor(h).Release(rctx, h.lease, level)
+	}
+	if level == 1 {
+		x.local.unlock()
+	}
+	e := ReleaseEndEvent{Key: h.lease.Key, Level: level, Held: held, Degraded: x.degraded, Err: err}
+	switch {
+	case err != nil:
+		e.Outcome = ReleaseError
+	case left < 0:
+		e.Outcome = ReleaseNotHeld
+	}
+	if c.ext.obs != nil {
+		c.ext.obs.ReleaseEnd(rctx, e)
+	}
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.Int("level", level),
+			slog.Duration("held", held), slog.String("outcome", e.Outcome.String()), slog.Any("error", err))
+	}
+	return left, err
+}
+
+// renewed reports a batch of renewals of the watchdog.
+func (c *Client) renewed(due []*hold, outcomes []backend.Outcome) {
+	if c.ext.obs == nil {
+		return
+	}
+	for i, h := range due {
+		if errors.Is(context.Cause(h.ctx), ErrReleased) {
+			continue // released meanwhile: its answer says nothing
+		}
+		e := RenewEvent{Key: h.lease.Key}
+		switch outcomes[i] {
+		case backend.Held:
+			e.Outcome = RenewOK
+		case backend.NotHeld:
+			e.Outcome = RenewNotHeld
+		default:
+			e.Outcome = RenewNoAnswer
+		}
+		c.ext.obs.Renew(e)
+	}
+}
+
+// observeLost reports a lost lock (its Context was cancelled with cause).
+func (c *Client) observeLost(h *hold, cause error) {
+	if c.ext.obs == nil {
+		return
+	}
+	e := LostEvent{Key: h.lease.Key, Held: h.x.held(), Cause: cause}
+	switch {
+	case errors.Is(cause, ErrClosed):
+		e.Reason = LostClosed
+	case !time.Now().Before(c.dog.deadline(h)):
+		e.Reason = LostExpired
+	}
+	c.ext.obs.Lost(e)
+}

@@ -1,0 +1,275 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// localWaiting reports how many goroutines of c wait locally for key.
+func localWaiting(c *Client, key string) int {
+	n, _ := c.ext.local.waiting(key)
+	return n
+}
+
+func TestLocalQueueKeepsOneWaiterInRedis(t *testing.T) {
+	// A short queue TTL (frequent refreshes) keeps a missed wake-up short.
+	c, rdb, _ := newTestClient(t, WithLocalQueue(), WithQueueTTL(90*time.Millisecond))
+	other := newClientOn(t, rdb, WithQueueTTL(90*time.Millisecond)) // another process, without a local queue
+	ctx := context.Background()
+	l := mustLock(t, c, "fifo")
+	const n = 5
+	order := make(chan int, n+1)
+	for i := 0; i < n; i++ {
+		go func() {
+			w, err := c.Lock(ctx, "fifo")
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			order <- i
+			_ = w.Unlock(ctx)
+		}()
+		waitUntil(t, 5*time.Second, "local waiter "+strconv.Itoa(i), func() bool { return localWaiting(c, "fifo") == i+1 })
+	}
+	// The goroutines wait in the process: none in Redis.
+	if q := queued(t, rdb, c, "fifo"); q != 0 {
+		t.Errorf("%d waiters queued in Redis, want 0", q)
+	}
+	// Another process queues in Redis meanwhile: it is served when this
+	// process lets go of the lock, before this process's next goroutine.
+	go func() {
+		w, err := other.Lock(ctx, "fifo")
+		if err != nil {
+			t.Error(err)
+			order <- -1
+			return
+		}
+		order <- 100
+		_ = w.Unlock(ctx)
+	}()
+	waitUntil(t, 5*time.Second, "the other process to queue", func() bool { return queued(t, rdb, c, "fifo") == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for range n + 1 {
+		got = append(got, <-order)
+	}
+	// The first local goroutine queues in Redis behind the other process.
+	want := []int{100, 0, 1, 2, 3, 4}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("turns = %v, want %v", got, want)
+		}
+	}
+	waitUntil(t, 5*time.Second, "the local state to go", func() bool { return c.ext.local.size() == 0 })
+}
+
+func TestLocalQueueCancelAndClose(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithLocalQueue())
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+
+	// TryLock fails at once, without Redis.
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock = %v, want ErrNotObtained", err)
+	}
+	// A waiter whose context ends leaves the local queue.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err := c.Lock(wctx, "k")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNotObtained) {
+		t.Errorf("Lock with an expiring context = %v", err)
+	}
+	// A retry strategy counts local checks and gives up.
+	_, err = c.Lock(ctx, "k", WithRetry(FixedRetry(5*time.Millisecond, 3)))
+	if !errors.Is(err, ErrNotObtained) {
+		t.Errorf("Lock with a retry strategy = %v, want ErrNotObtained", err)
+	}
+	if n := localWaiting(c, "k"); n != 0 {
+		t.Errorf("%d local waiters left", n)
+	}
+	// A re-entry skips the queue.
+	inner, err := c.Lock(l.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q := queued(t, rdb, c, "k"); q != 0 {
+		t.Errorf("%d in the Redis queue", q)
+	}
+	// Close ends the local wait.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "k")
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter", func() bool { return localWaiting(c, "k") == 1 })
+	c.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Errorf("Lock waiting at Close = %v, want ErrClosed", err)
+	}
+	_ = l.Unlock(ctx)
+	if c.ext.local.size() != 0 {
+		t.Error("local state left after the last Unlock")
+	}
+}
+
+// countingRetry records the checks it is asked about and allows 8.
+type countingRetry struct {
+	mu    sync.Mutex
+	asked []int
+}
+
+func (r *countingRetry) Backoff(attempt int) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, attempt)
+	return 30 * time.Millisecond, attempt < 8
+}
+
+func (r *countingRetry) calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.asked)
+}
+
+// TestLocalQueueRetryCarriesOver: with a retry strategy, the checks spent
+// waiting in the process count: the Redis wait goes on from there.
+func TestLocalQueueRetryCarriesOver(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithLocalQueue())
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	l := mustLock(t, c, "r")
+	retry := &countingRetry{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "r", WithRetry(retry))
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "two local checks", func() bool { return retry.calls() >= 2 })
+	// Another process queues in Redis: it gets the lock next and keeps it,
+	// so our waiter goes on checking in Redis until its strategy stops.
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := other.Lock(ctx, "r")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitUntil(t, 5*time.Second, "the other process to queue", func() bool { return queued(t, rdb, c, "r") == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+	}
+	if w := <-got; w != nil {
+		_ = w.Unlock(ctx)
+	}
+	retry.mu.Lock()
+	defer retry.mu.Unlock()
+	for i, a := range retry.asked {
+		if a != i+1 {
+			t.Fatalf("checks asked = %v, want 1, 2, ... 8", retry.asked)
+		}
+	}
+	if len(retry.asked) != 8 {
+		t.Errorf("checks asked = %v, want 1, 2, ... 8", retry.asked)
+	}
+}
+
+func TestLocalQueueMutualExclusion(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	var inside, overlaps, total atomic.Int32
+	var wg sync.WaitGroup
+	for range 2 { // two processes...
+		c := newClientOn(t, srv.Client(t), WithLocalQueue(), WithQueueTTL(90*time.Millisecond))
+		for range 4 { // ...of four goroutines each
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 15 {
+					err := c.Do(ctx, "counter", func(ctx context.Context) error {
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						defer inside.Add(-1)
+						v, _ := rdb.Get(ctx, "count").Int()
+						total.Add(1)
+						return rdb.Set(ctx, "count", v+1, 0).Err()
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if got, _ := rdb.Get(ctx, "count").Int(); got != 120 || total.Load() != 120 {
+		t.Errorf("count = %d, want 120", got)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping critical sections", overlaps.Load())
+	}
+}
+
+// TestLocalLocksUnderChurn hammers the in-process locks with waiters that
+// give up at random: FIFO hand-over, mutual exclusion, and no state left.
+func TestLocalLocksUnderChurn(t *testing.T) {
+	m := newLocalLocks()
+	closed := make(chan struct{})
+	var inside [3]atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 200 {
+				k := r.IntN(3)
+				key := "k" + strconv.Itoa(k)
+				ctx, cancel := context.WithCancel(context.Background())
+				if r.IntN(4) == 0 {
+					cancel() // gives up at once, maybe after the hand-over
+				}
+				var retry backend.Retry
+				if r.IntN(4) == 0 {
+					retry = FixedRetry(time.Microsecond, 2)
+				}
+				h, _, err := m.lock(ctx, key, r.IntN(8) != 0, retry, closed)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if inside[k].Add(1) != 1 {
+					t.Error("two holders of one local lock")
+				}
+				inside[k].Add(-1)
+				h.unlock()
+				h.unlock() // harmless
+			}
+		}()
+	}
+	wg.Wait()
+	if n := m.size(); n != 0 {
+		t.Errorf("%d keys left in the local locks", n)
+	}
+}

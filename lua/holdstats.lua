@@ -1,0 +1,22 @@
+-- holdstats: record one hold time of a lock in its statistics hash, for
+-- adaptive leases. The averages are exponentially weighted, as TCP
+-- estimates round-trip times (RFC 6298): the mean moves 1/8 of the way to
+-- each sample, the mean deviation 1/4.
+-- KEYS[1] statistics hash: mean_us, dev_us, n
+-- ARGV[1] hold time in microseconds, ARGV[2] ms the statistics outlive
+-- their last update.
+-- Returns {mean_us, dev_us, n} after the update.
+local held = tonumber(ARGV[1])
+local s = redis.call('HMGET', KEYS[1], 'mean_us', 'dev_us', 'n')
+local mean, dev, n = tonumber(s[1]), tonumber(s[2]), tonumber(s[3])
+if not mean or not dev or not n then
+  mean, dev, n = held, held / 2, 0
+else
+  dev = 0.75 * dev + 0.25 * math.abs(held - mean)
+  mean = 0.875 * mean + 0.125 * held
+end
+n = n + 1
+mean, dev = string.format('%.0f', mean), string.format('%.0f', dev)
+redis.call('HSET', KEYS[1], 'mean_us', mean, 'dev_us', dev, 'n', n)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {tonumber(mean), tonumber(dev), n}

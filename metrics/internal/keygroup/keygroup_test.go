@@ -1,0 +1,36 @@
+package keygroup
+
+import (
+	"strconv"
+	"testing"
+)
+
+func TestDefault(t *testing.T) {
+	for key, want := range map[string]string{
+		"order:42":       "order",
+		"report:daily:1": "report",
+		"plain":          DefaultGroup,
+		":odd":           DefaultGroup,
+		"":               DefaultGroup,
+	} {
+		if got := Default(key); got != want {
+			t.Errorf("Default(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+func TestMapperCapsGroups(t *testing.T) {
+	m := New(func(key string) string { return key }, 3)
+	for i := range 10 {
+		g := m.Group("k" + strconv.Itoa(i))
+		if i < 3 && g != "k"+strconv.Itoa(i) || i >= 3 && g != OtherGroup {
+			t.Errorf("group of key %d = %q", i, g)
+		}
+	}
+	if g := m.Group("k1"); g != "k1" {
+		t.Errorf("a seen group became %q", g)
+	}
+	if g := New(func(string) string { return "" }, 0).Group("x"); g != DefaultGroup {
+		t.Errorf("empty group = %q, want %q", g, DefaultGroup)
+	}
+}

@@ -1,0 +1,264 @@
+// Package otel reports what the locks of dlock Clients do through
+// OpenTelemetry: the metrics of package metrics/prometheus through the OTel
+// metric API, and a span around each acquisition and release, so that a
+// slow lock shows up in the trace of the request that waited for it.
+//
+//	import dlockotel "github.com/dlock-go/dlock/metrics/otel"
+//
+//	obs, err := dlockotel.New() // the global MeterProvider and TracerProvider
+//	...
+//	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+//
+// Metrics carry the key's group (attribute dlock.key.group), never the key,
+// so that their number stays bounded: by default a key's group is its text
+// before the first ':' ("order:42" is in group "order"; a key without ':'
+// is in group "default"), and past 100 distinct groups the others count as
+// "other" (WithKeyGroup, WithMaxGroups). Spans carry the key itself
+// (dlock.key) unless WithoutKeyInSpans.
+//
+// Instruments (meter "github.com/dlock-go/dlock/metrics/otel"):
+//
+//	dlock.acquire.attempts   counter     Lock and TryLock calls (dlock.mode: lock, trylock), re-entries aside
+//	dlock.acquisitions       counter     how they ended (dlock.outcome: acquired, degraded, not_obtained, canceled, error)
+//	dlock.acquire.duration   histogram   how long they took, waiting included, in seconds
+//	dlock.acquire.pending    updown      calls waiting or under way now
+//	dlock.hold.duration      histogram   how long locks were held, at their last Unlock, in seconds
+//	dlock.releases           counter     Unlock calls (dlock.outcome: released, not_held, error)
+//	dlock.renewals           counter     watchdog renewals (dlock.outcome: renewed, not_held, no_answer)
+//	dlock.lost               counter     locks lost while held (dlock.reason: not_held, expired, closed)
+//	dlock.reentries          counter     re-entries (dlock.outcome: reentered, error)
+//
+// Spans: "dlock.acquire" (from the call to the grant or failure; attribute
+// dlock.outcome, dlock.fence, error status on errors) and "dlock.release"
+// (the Unlock; dlock.level, dlock.hold_seconds). A re-entry adds the event
+// "dlock.reenter" to the current span.
+package otel
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/metrics/internal/keygroup"
+)
+
+// ScopeName is the instrumentation scope of the meter and tracer.
+const ScopeName = "github.com/dlock-go/dlock/metrics/otel"
+
+// Attribute keys.
+const (
+	KeyGroup = attribute.Key("dlock.key.group")
+	Key      = attribute.Key("dlock.key") // spans only
+	Mode     = attribute.Key("dlock.mode")
+	Outcome  = attribute.Key("dlock.outcome")
+	Reason   = attribute.Key("dlock.reason")
+	Fence    = attribute.Key("dlock.fence")
+	Level    = attribute.Key("dlock.level")
+	HoldTime = attribute.Key("dlock.hold_seconds")
+)
+
+// Histogram bucket boundaries, in seconds.
+var (
+	// DefaultWaitBuckets go from 1 ms (an uncontended round trip) to 1 min.
+	DefaultWaitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// DefaultHoldBuckets go from 1 ms to 1 h.
+	DefaultHoldBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	mp         metric.MeterProvider
+	tp         trace.TracerProvider
+	groupFn    func(string) string
+	maxGroups  int
+	keyInSpans bool
+}
+
+// WithMeterProvider sets where the metrics go (default: the global one,
+// otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
+
+// WithTracerProvider sets where the spans go (default: the global one,
+// otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
+
+// WithKeyGroup sets how a key maps to its group attribute. Keep the number
+// of groups small (WithMaxGroups caps it anyway).
+func WithKeyGroup(fn func(key string) string) Option { return func(c *config) { c.groupFn = fn } }
+
+// WithMaxGroups caps the distinct groups (default 100); groups seen after
+// the cap is reached are reported as "other".
+func WithMaxGroups(n int) Option { return func(c *config) { c.maxGroups = n } }
+
+// WithoutKeyInSpans leaves the key out of spans (only its group is kept),
+// for keys that must not reach a tracing backend.
+func WithoutKeyInSpans() Option { return func(c *config) { c.keyInSpans = false } }
+
+// Observer is a dlock.Observer that records OpenTelemetry metrics and
+// spans. Pass it to dlock.WithObserver; it is safe for concurrent use by
+// many Clients.
+type Observer struct {
+	groups     *keygroup.Mapper
+	tracer     trace.Tracer
+	keyInSpans bool
+
+	attempts     metric.Int64Counter
+	acquisitions metric.Int64Counter
+	wait         metric.Float64Histogram
+	pending      metric.Int64UpDownCounter
+	hold         metric.Float64Histogram
+	releases     metric.Int64Counter
+	renewals     metric.Int64Counter
+	lost         metric.Int64Counter
+	reentries    metric.Int64Counter
+}
+
+var _ dlock.Observer = (*Observer)(nil)
+
+// New creates the instruments.
+func New(opts ...Option) (*Observer, error) {
+	cfg := config{keyInSpans: true}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.mp == nil {
+		cfg.mp = otel.GetMeterProvider()
+	}
+	if cfg.tp == nil {
+		cfg.tp = otel.GetTracerProvider()
+	}
+	m := cfg.mp.Meter(ScopeName)
+	o := &Observer{
+		groups:     keygroup.New(cfg.groupFn, cfg.maxGroups),
+		tracer:     cfg.tp.Tracer(ScopeName),
+		keyInSpans: cfg.keyInSpans,
+	}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	o.attempts = counter("dlock.acquire.attempts", "Lock and TryLock calls (re-entries aside).", "{call}")
+	o.acquisitions = counter("dlock.acquisitions", "Lock and TryLock calls by outcome.", "{call}")
+	o.wait = histogram("dlock.acquire.duration", "How long Lock and TryLock calls took, waiting included.", DefaultWaitBuckets)
+	pending, err := m.Int64UpDownCounter("dlock.acquire.pending",
+		metric.WithDescription("Lock and TryLock calls waiting or under way."), metric.WithUnit("{call}"))
+	errs = append(errs, err)
+	o.pending = pending
+	o.hold = histogram("dlock.hold.duration", "How long locks were held, measured at their last Unlock.", DefaultHoldBuckets)
+	o.releases = counter("dlock.releases", "Unlock calls by outcome.", "{call}")
+	o.renewals = counter("dlock.renewals", "Lease renewals by the watchdog, by outcome.", "{renewal}")
+	o.lost = counter("dlock.lost", "Locks lost while held, by reason.", "{lock}")
+	o.reentries = counter("dlock.reentries", "Re-entries of held locks, by outcome.", "{call}")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func mode(wait bool) string {
+	if wait {
+		return "lock"
+	}
+	return "trylock"
+}
+
+// AcquireStart counts an attempt and starts the "dlock.acquire" span.
+func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
+	g := o.groups.Group(e.Key)
+	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(mode(e.Wait)))
+	o.attempts.Add(ctx, 1, attrs)
+	o.pending.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g)))
+	ctx, _ = o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(o.spanAttrs(e.Key, g, Mode.String(mode(e.Wait)))...))
+	return ctx
+}
+
+// AcquireEnd records the outcome and the wait, and ends the span.
+func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
+	g, out := o.groups.Group(e.Key), e.Outcome.String()
+	o.pending.Add(ctx, -1, metric.WithAttributes(KeyGroup.String(g)))
+	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(mode(e.Wait)), Outcome.String(out))
+	o.acquisitions.Add(ctx, 1, attrs)
+	o.wait.Record(ctx, e.WaitTime.Seconds(), attrs)
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(Outcome.String(out))
+	if e.Fence != 0 {
+		span.SetAttributes(Fence.Int64(int64(e.Fence)))
+	}
+	if e.Outcome == dlock.AcquireError {
+		span.RecordError(e.Err)
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End()
+}
+
+// Reenter counts a re-entry and adds an event to the current span.
+func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
+	out := "reentered"
+	if e.Err != nil {
+		out = "error"
+	}
+	o.reentries.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Outcome.String(out)))
+	trace.SpanFromContext(ctx).AddEvent("dlock.reenter", trace.WithAttributes(Level.Int(e.Level), Outcome.String(out)))
+}
+
+// ReleaseStart starts the "dlock.release" span.
+func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) context.Context {
+	ctx, _ = o.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(o.spanAttrs(e.Key, o.groups.Group(e.Key), Level.Int(e.Level))...))
+	return ctx
+}
+
+// ReleaseEnd records the outcome and, for the last Unlock of a lock, its
+// hold time, and ends the span.
+func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
+	g, out := o.groups.Group(e.Key), e.Outcome.String()
+	o.releases.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g), Outcome.String(out)))
+	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
+		o.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(KeyGroup.String(g)))
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(Outcome.String(out), HoldTime.Float64(e.Held.Seconds()))
+	if e.Outcome == dlock.ReleaseError {
+		span.RecordError(e.Err)
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End()
+}
+
+// Renew counts a renewal.
+func (o *Observer) Renew(e dlock.RenewEvent) {
+	o.renewals.Add(context.Background(), 1,
+		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Outcome.String(e.Outcome.String())))
+}
+
+// Lost counts a lost lock.
+func (o *Observer) Lost(e dlock.LostEvent) {
+	o.lost.Add(context.Background(), 1,
+		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Reason.String(e.Reason.String())))
+}
+
+func (o *Observer) spanAttrs(key, group string, extra attribute.KeyValue) []attribute.KeyValue {
+	if o.keyInSpans {
+		return []attribute.KeyValue{Key.String(key), KeyGroup.String(group), extra}
+	}
+	return []attribute.KeyValue{KeyGroup.String(group), extra}
+}

@@ -1,0 +1,275 @@
+package otel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	dlockotel "github.com/dlock-go/dlock/metrics/otel"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// point is one data point: a sum's value, or a histogram's count and sum.
+type point struct {
+	value, count, sum float64
+}
+
+// collect reads the metrics and returns the points of name by their
+// attributes, written "k=v,k=v" in sorted order.
+func collect(t *testing.T, r *sdkmetric.ManualReader, name string) map[string]point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]point{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[attrs(p.Attributes)] = point{value: float64(p.Value)}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[attrs(p.Attributes)] = point{count: float64(p.Count), sum: p.Sum}
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", name, m.Data)
+			}
+		}
+	}
+	return out
+}
+
+func attrs(s attribute.Set) string {
+	var kv []string
+	for _, a := range s.ToSlice() {
+		kv = append(kv, string(a.Key)+"="+a.Value.String())
+	}
+	sort.Strings(kv)
+	return strings.Join(kv, ",")
+}
+
+func spanAttr(s sdktrace.ReadOnlySpan, key attribute.Key) (attribute.Value, bool) {
+	for _, a := range s.Attributes() {
+		if a.Key == key {
+			return a.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+
+	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp), dlockotel.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Three orders locked and held a while each, inside a request's span.
+	reqCtx, req := tp.Tracer("test").Start(ctx, "request")
+	const hold = 20 * time.Millisecond
+	for i := range 3 {
+		err := locks.Do(reqCtx, fmt.Sprintf("order:%d", i), func(context.Context) error {
+			time.Sleep(hold) // the work under the lock
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	req.End()
+
+	// A slow acquisition: the waiter waits at least 50 ms.
+	held, err := locks.Lock(ctx, "invoice:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.TryLock(ctx, "invoice:7"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock = %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := locks.Lock(ctx, "invoice:7")
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool { return rdb.ZCard(ctx, "dlock:{invoice:7}:queue").Val() == 1 })
+	if p := collect(t, reader, "dlock.acquire.pending")["dlock.key.group=invoice"]; p.value != 1 {
+		t.Errorf("pending while one waits = %v, want 1", p.value)
+	}
+	time.Sleep(50 * time.Millisecond) // make the wait measurable
+	inner, err := locks.Lock(held.Context(), "invoice:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = inner.Unlock(ctx)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// Renewals, and a lock lost at the end of its lease.
+	renewed, err := locks.Lock(ctx, "job:r", dlock.WithTTL(60*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two renewals", func() bool {
+		return collect(t, reader, "dlock.renewals")["dlock.key.group=job,dlock.outcome=renewed"].value >= 2
+	})
+	_ = renewed.Unlock(ctx)
+	short, err := locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-short.Done()
+	waitFor(t, "the loss to be counted", func() bool {
+		return collect(t, reader, "dlock.lost")["dlock.key.group=job,dlock.reason=expired"].value == 1
+	})
+	_ = short.Unlock(ctx)
+
+	check := func(name, attrs string, want float64) {
+		t.Helper()
+		if got := collect(t, reader, name)[attrs].value; got != want {
+			t.Errorf("%s{%s} = %v, want %v", name, attrs, got, want)
+		}
+	}
+	check("dlock.acquire.attempts", "dlock.key.group=order,dlock.mode=lock", 3)
+	check("dlock.acquisitions", "dlock.key.group=order,dlock.mode=lock,dlock.outcome=acquired", 3)
+	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired", 2)
+	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.mode=trylock,dlock.outcome=not_obtained", 1)
+	check("dlock.acquire.pending", "dlock.key.group=invoice", 0)
+	check("dlock.releases", "dlock.key.group=order,dlock.outcome=released", 3)
+	check("dlock.reentries", "dlock.key.group=invoice,dlock.outcome=reentered", 1)
+	check("dlock.lost", "dlock.key.group=job,dlock.reason=expired", 1)
+	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order"]
+	if holds.count != 3 || holds.sum < 3*hold.Seconds() || holds.sum > 3*(hold+time.Second).Seconds() {
+		t.Errorf("hold histogram of order = %+v, want 3 holds of about %v", holds, hold)
+	}
+	if w := collect(t, reader, "dlock.acquire.duration")["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]; w.count != 2 || w.sum < 0.05 {
+		t.Errorf("wait histogram of invoice = %+v, want 2 waits, one of 50 ms or more", w)
+	}
+
+	// Spans: the orders' acquisitions and releases are children of the
+	// request; the slow acquisition lasts as long as its wait.
+	var acquires, releases, slow int
+	for _, s := range spans.GetSpans().Snapshots() {
+		key, _ := spanAttr(s, dlockotel.Key)
+		switch s.Name() {
+		case "dlock.acquire":
+			acquires++
+			if strings.HasPrefix(key.AsString(), "order:") && s.Parent().SpanID() != req.SpanContext().SpanID() {
+				t.Errorf("acquire span of %s is not a child of the request", key.AsString())
+			}
+			if out, _ := spanAttr(s, dlockotel.Outcome); key.AsString() == "invoice:7" && out.AsString() == "acquired" &&
+				s.EndTime().Sub(s.StartTime()) >= 50*time.Millisecond {
+				slow++
+				if f, ok := spanAttr(s, dlockotel.Fence); !ok || f.AsInt64() <= 0 {
+					t.Error("the slow acquire span has no fence")
+				}
+			}
+			if s.Status().Code == codes.Error {
+				t.Errorf("acquire span of %s has an error status: %v", key.AsString(), s.Status())
+			}
+		case "dlock.release":
+			releases++
+			if strings.HasPrefix(key.AsString(), "order:") {
+				h, _ := spanAttr(s, dlockotel.HoldTime)
+				if h.AsFloat64() < hold.Seconds() {
+					t.Errorf("release span of %s: hold %v s, want >= %v", key.AsString(), h.AsFloat64(), hold.Seconds())
+				}
+			}
+		}
+	}
+	// Acquires: order x3, invoice x3 (holder, TryLock, waiter), job x2;
+	// releases: order x3, invoice x3 (inner, holder, waiter), job x2.
+	if acquires != 8 || releases != 8 || slow != 1 {
+		t.Errorf("spans: %d acquire (want 8), %d release (want 8), %d slow acquire (want 1)", acquires, releases, slow)
+	}
+}
+
+func TestWithoutKeyInSpans(t *testing.T) {
+	srv := redistest.Start(t)
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp), dlockotel.WithoutKeyInSpans())
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := dlock.New(srv.Client(t), dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	if err := locks.Do(context.Background(), "secret:1", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range spans.GetSpans().Snapshots() {
+		if _, ok := spanAttr(s, dlockotel.Key); ok {
+			t.Errorf("span %s carries the key", s.Name())
+		}
+		if g, _ := spanAttr(s, dlockotel.KeyGroup); g.AsString() != "secret" {
+			t.Errorf("span %s: group %q", s.Name(), g.AsString())
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,201 @@
+// Package prometheus reports what the locks of dlock Clients do as
+// Prometheus metrics: acquisitions and their wait, hold times, releases,
+// renewals, lost locks and re-entries.
+//
+//	import dlockprom "github.com/dlock-go/dlock/metrics/prometheus"
+//
+//	obs, err := dlockprom.New(prometheus.DefaultRegisterer)
+//	...
+//	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+//
+// Metrics are labelled by key group, never by key, so that their number
+// stays bounded whatever keys are locked: by default a key's group is its
+// text before the first ':' ("order:42" is in group "order"; a key without
+// ':' is in group "default"), and past 100 distinct groups the others count
+// as "other". WithKeyGroup and WithMaxGroups change both.
+//
+// The metrics (with the default namespace "dlock"):
+//
+//	dlock_acquire_attempts_total{group,mode}          Lock (mode="lock") and TryLock ("trylock") calls, re-entries aside
+//	dlock_acquisitions_total{group,mode,outcome}      how they ended: acquired, degraded, not_obtained, canceled, error
+//	dlock_acquire_wait_seconds{group,mode,outcome}    how long they took, waiting included (histogram)
+//	dlock_acquires_in_flight{group}                   calls waiting or under way now
+//	dlock_hold_seconds{group}                         how long locks were held, at their last Unlock (histogram)
+//	dlock_releases_total{group,outcome}               Unlock calls: released, not_held, error
+//	dlock_renewals_total{group,outcome}               watchdog renewals: renewed, not_held, no_answer
+//	dlock_lost_total{group,reason}                    locks lost while held: not_held, expired, closed
+//	dlock_reentries_total{group,outcome}              re-entries: reentered, error
+//
+// One Observer can serve any number of Clients; register it once.
+package prometheus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/metrics/internal/keygroup"
+)
+
+// Default histogram buckets, in seconds.
+var (
+	// DefaultWaitBuckets go from 1 ms (an uncontended round trip) to 1 min.
+	DefaultWaitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// DefaultHoldBuckets go from 1 ms to 1 h.
+	DefaultHoldBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	namespace   string
+	constLabels prometheus.Labels
+	groupFn     func(string) string
+	maxGroups   int
+	waitBuckets []float64
+	holdBuckets []float64
+}
+
+// WithNamespace sets the metric names' prefix (default "dlock").
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithConstLabels adds labels with fixed values to every metric, for
+// example to tell several Observers on one registry apart.
+func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.constLabels = l } }
+
+// WithKeyGroup sets how a key maps to its group label. Keep the number of
+// groups small: a group per id defeats the purpose (WithMaxGroups caps it
+// anyway).
+func WithKeyGroup(fn func(key string) string) Option { return func(c *config) { c.groupFn = fn } }
+
+// WithMaxGroups caps the distinct group labels (default 100); groups seen
+// after the cap is reached are labelled "other".
+func WithMaxGroups(n int) Option { return func(c *config) { c.maxGroups = n } }
+
+// WithWaitBuckets sets the buckets (seconds) of the wait histogram.
+func WithWaitBuckets(b []float64) Option { return func(c *config) { c.waitBuckets = b } }
+
+// WithHoldBuckets sets the buckets (seconds) of the hold-time histogram.
+func WithHoldBuckets(b []float64) Option { return func(c *config) { c.holdBuckets = b } }
+
+// Observer is a dlock.Observer that records Prometheus metrics. Pass it
+// to dlock.WithObserver; it is safe for concurrent use by many Clients.
+type Observer struct {
+	groups *keygroup.Mapper
+
+	attempts     *prometheus.CounterVec
+	acquisitions *prometheus.CounterVec
+	wait         *prometheus.HistogramVec
+	inFlight     *prometheus.GaugeVec
+	hold         *prometheus.HistogramVec
+	releases     *prometheus.CounterVec
+	renewals     *prometheus.CounterVec
+	lost         *prometheus.CounterVec
+	reentries    *prometheus.CounterVec
+}
+
+var _ dlock.Observer = (*Observer)(nil)
+
+// New creates the metrics and registers them on reg (for example
+// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()).
+func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("dlock/metrics/prometheus: nil Registerer")
+	}
+	cfg := config{namespace: "dlock", waitBuckets: DefaultWaitBuckets, holdBuckets: DefaultHoldBuckets}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: cfg.constLabels,
+		}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: cfg.constLabels, Buckets: buckets,
+		}, labels)
+	}
+	o := &Observer{
+		groups:       keygroup.New(cfg.groupFn, cfg.maxGroups),
+		attempts:     counter("acquire_attempts_total", "Lock and TryLock calls (re-entries aside).", "group", "mode"),
+		acquisitions: counter("acquisitions_total", "Lock and TryLock calls by outcome.", "group", "mode", "outcome"),
+		wait:         histogram("acquire_wait_seconds", "How long Lock and TryLock calls took, waiting included.", cfg.waitBuckets, "group", "mode", "outcome"),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: cfg.namespace, Name: "acquires_in_flight", Help: "Lock and TryLock calls waiting or under way.", ConstLabels: cfg.constLabels,
+		}, []string{"group"}),
+		hold:      histogram("hold_seconds", "How long locks were held, measured at their last Unlock.", cfg.holdBuckets, "group"),
+		releases:  counter("releases_total", "Unlock calls by outcome.", "group", "outcome"),
+		renewals:  counter("renewals_total", "Lease renewals by the watchdog, by outcome.", "group", "outcome"),
+		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "reason"),
+		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "outcome"),
+	}
+	for _, c := range []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("dlock/metrics/prometheus: %w", err)
+		}
+	}
+	return o, nil
+}
+
+func mode(wait bool) string {
+	if wait {
+		return "lock"
+	}
+	return "trylock"
+}
+
+// AcquireStart counts an attempt.
+func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
+	g := o.groups.Group(e.Key)
+	o.attempts.WithLabelValues(g, mode(e.Wait)).Inc()
+	o.inFlight.WithLabelValues(g).Inc()
+	return ctx
+}
+
+// AcquireEnd counts the outcome and observes the wait.
+func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
+	g, m, out := o.groups.Group(e.Key), mode(e.Wait), e.Outcome.String()
+	o.inFlight.WithLabelValues(g).Dec()
+	o.acquisitions.WithLabelValues(g, m, out).Inc()
+	o.wait.WithLabelValues(g, m, out).Observe(e.WaitTime.Seconds())
+}
+
+// Reenter counts a re-entry.
+func (o *Observer) Reenter(_ context.Context, e dlock.ReenterEvent) {
+	out := "reentered"
+	if e.Err != nil {
+		out = "error"
+	}
+	o.reentries.WithLabelValues(o.groups.Group(e.Key), out).Inc()
+}
+
+// ReleaseStart does nothing.
+func (o *Observer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) context.Context {
+	return ctx
+}
+
+// ReleaseEnd counts the outcome and, for the last Unlock of a lock,
+// observes its hold time.
+func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
+	g := o.groups.Group(e.Key)
+	o.releases.WithLabelValues(g, e.Outcome.String()).Inc()
+	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
+		o.hold.WithLabelValues(g).Observe(e.Held.Seconds())
+	}
+}
+
+// Renew counts a renewal.
+func (o *Observer) Renew(e dlock.RenewEvent) {
+	o.renewals.WithLabelValues(o.groups.Group(e.Key), e.Outcome.String()).Inc()
+}
+
+// Lost counts a lost lock.
+func (o *Observer) Lost(e dlock.LostEvent) {
+	o.lost.WithLabelValues(o.groups.Group(e.Key), e.Reason.String()).Inc()
+}

@@ -1,0 +1,264 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Observer is told what a Client's locks do, for metrics and tracing
+// (packages metrics/prometheus and metrics/otel implement it). Set it with
+// WithObserver; a Client without one does no extra work and no allocation.
+//
+// Its methods are called synchronously from the goroutine doing the work
+// (Renew and Lost from the Client's watchdog), concurrently for different
+// locks, so they must be safe for concurrent use and quick: record the
+// figure and return. Embed NopObserver to implement only some methods and
+// to keep compiling when methods are added.
+//
+// Events carry the lock's key. A metrics implementation must not label by
+// it (every key would be a new time series): map it to a bounded group, as
+// the metrics packages do.
+type Observer interface {
+	// AcquireStart is called when Lock or TryLock starts to take a lock
+	// (not a re-entry). The context it returns is used for the rest of the
+	// acquisition, including the Redis calls, and passed to AcquireEnd: a
+	// tracer returns one carrying a span. Return ctx to change nothing.
+	AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context
+	// AcquireEnd is called when the acquisition ends, granted or not.
+	AcquireEnd(ctx context.Context, e AcquireEndEvent)
+	// Reenter is called when Lock or TryLock re-enters a held lock.
+	Reenter(ctx context.Context, e ReenterEvent)
+	// ReleaseStart is called when Unlock starts; its context is used for
+	// the release and passed to ReleaseEnd.
+	ReleaseStart(ctx context.Context, e ReleaseStartEvent) context.Context
+	// ReleaseEnd is called when Unlock has its answer.
+	ReleaseEnd(ctx context.Context, e ReleaseEndEvent)
+	// Renew is called for each lease renewal of the watchdog.
+	Renew(e RenewEvent)
+	// Lost is called when a held lock is lost: its Context is cancelled
+	// with e.Cause.
+	Lost(e LostEvent)
+}
+
+// AcquireStartEvent describes an acquisition that starts.
+type AcquireStartEvent struct {
+	Key  string
+	Wait bool // Lock (true) or TryLock (false)
+}
+
+// AcquireEndEvent describes how an acquisition ended.
+type AcquireEndEvent struct {
+	Key     string
+	Wait    bool // Lock (true) or TryLock (false)
+	Outcome AcquireOutcome
+	// WaitTime is how long the call took, waiting included.
+	WaitTime time.Duration
+	Fence    uint64 // the lock's fence if granted (0 for a degraded lock)
+	Err      error  // the error returned, if not granted
+}
+
+// ReenterEvent describes a re-entry of a held lock.
+type ReenterEvent struct {
+	Key   string
+	Level int   // the new hold count, if it succeeded
+	Err   error // why it failed
+}
+
+// ReleaseStartEvent describes an Unlock that starts.
+type ReleaseStartEvent struct {
+	Key   string
+	Level int // the hold level given back: 1 is the outermost Lock
+}
+
+// ReleaseEndEvent describes how an Unlock ended.
+type ReleaseEndEvent struct {
+	Key     string
+	Level   int // the hold level given back: 1 is the outermost Lock
+	Outcome ReleaseOutcome
+	// Held is how long the lock had been held, since the outermost Lock
+	// was granted (whatever Level).
+	Held     time.Duration
+	Degraded bool  // the lock was taken in-process only (WithDegradedMode)
+	Err      error // the error returned, if any
+}
+
+// RenewEvent describes one lease renewal by the watchdog.
+type RenewEvent struct {
+	Key     string
+	Outcome RenewOutcome
+}
+
+// LostEvent describes a lock lost while held.
+type LostEvent struct {
+	Key    string
+	Reason LostReason
+	Held   time.Duration // how long it had been held
+	Cause  error         // the cause its Context was cancelled with
+}
+
+// AcquireOutcome says how an acquisition ended.
+type AcquireOutcome uint8
+
+// Acquisition outcomes.
+const (
+	AcquireOK          AcquireOutcome = iota // granted by Redis
+	AcquireDegraded                          // Redis unreachable: granted in-process only (WithDegradedMode)
+	AcquireNotObtained                       // held elsewhere: TryLock failed, or the retry strategy gave up
+	AcquireCanceled                          // the context ended or the Client was closed while waiting
+	AcquireError                             // any other error (Redis unreachable, wrong type, ...)
+)
+
+var acquireOutcomes = [...]string{"acquired", "degraded", "not_obtained", "canceled", "error"}
+
+// String returns a short label: acquired, degraded, not_obtained, canceled
+// or error.
+func (o AcquireOutcome) String() string { return label(acquireOutcomes[:], int(o)) }
+
+// ReleaseOutcome says how an Unlock ended.
+type ReleaseOutcome uint8
+
+// Release outcomes.
+const (
+	ReleaseOK      ReleaseOutcome = iota // the hold was given back
+	ReleaseNotHeld                       // the lock was not held any more (lost, expired or force-released)
+	ReleaseError                         // no answer from Redis: the Unlock may be retried
+)
+
+var releaseOutcomes = [...]string{"released", "not_held", "error"}
+
+// String returns a short label: released, not_held or error.
+func (o ReleaseOutcome) String() string { return label(releaseOutcomes[:], int(o)) }
+
+// RenewOutcome says how a renewal ended.
+type RenewOutcome uint8
+
+// Renewal outcomes.
+const (
+	RenewOK       RenewOutcome = iota // the lease was reset
+	RenewNotHeld                      // the lock was not held any more: it is lost
+	RenewNoAnswer                     // Redis did not answer; the watchdog tries again until the lease runs out
+)
+
+var renewOutcomes = [...]string{"renewed", "not_held", "no_answer"}
+
+// String returns a short label: renewed, not_held or no_answer.
+func (o RenewOutcome) String() string { return label(renewOutcomes[:], int(o)) }
+
+// LostReason says why a held lock was lost.
+type LostReason uint8
+
+// Reasons a lock is lost.
+const (
+	LostNotHeld LostReason = iota // a renewal (or Extend, TTL) found another owner or none
+	LostExpired                   // the lease ran out before a renewal got through
+	LostClosed                    // the Client was closed while the lock was held
+)
+
+var lostReasons = [...]string{"not_held", "expired", "closed"}
+
+// String returns a short label: not_held, expired or closed.
+func (r LostReason) String() string { return label(lostReasons[:], int(r)) }
+
+func label(names []string, i int) string {
+	if i < 0 || i >= len(names) {
+		return "unknown"
+	}
+	return names[i]
+}
+
+// NopObserver is an Observer that does nothing. Embed it in an Observer
+// to implement only the methods you need.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+// AcquireStart returns ctx.
+func (NopObserver) AcquireStart(ctx context.Context, _ AcquireStartEvent) context.Context { return ctx }
+
+// AcquireEnd does nothing.
+func (NopObserver) AcquireEnd(context.Context, AcquireEndEvent) {}
+
+// Reenter does nothing.
+func (NopObserver) Reenter(context.Context, ReenterEvent) {}
+
+// ReleaseStart returns ctx.
+func (NopObserver) ReleaseStart(ctx context.Context, _ ReleaseStartEvent) context.Context { return ctx }
+
+// ReleaseEnd does nothing.
+func (NopObserver) ReleaseEnd(context.Context, ReleaseEndEvent) {}
+
+// Renew does nothing.
+func (NopObserver) Renew(RenewEvent) {}
+
+// Lost does nothing.
+func (NopObserver) Lost(LostEvent) {}
+
+// Observers returns an Observer that calls each of obs in turn (nil ones
+// are skipped), for example Prometheus metrics and OpenTelemetry traces
+// together. The context returned by one's AcquireStart or ReleaseStart is
+// passed to the next.
+func Observers(obs ...Observer) Observer {
+	var m multiObserver
+	for _, o := range obs {
+		if o != nil {
+			m = append(m, o)
+		}
+	}
+	return m
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context {
+	for _, o := range m {
+		if c := o.AcquireStart(ctx, e); c != nil {
+			ctx = c
+		}
+	}
+	return ctx
+}
+
+func (m multiObserver) AcquireEnd(ctx context.Context, e AcquireEndEvent) {
+	for _, o := range m {
+		o.AcquireEnd(ctx, e)
+	}
+}
+
+func (m multiObserver) Reenter(ctx context.Context, e ReenterEvent) {
+	for _, o := range m {
+		o.Reenter(ctx, e)
+	}
+}
+
+func (m multiObserver) ReleaseStart(ctx context.Context, e ReleaseStartEvent) context.Context {
+	for _, o := range m {
+		if c := o.ReleaseStart(ctx, e); c != nil {
+			ctx = c
+		}
+	}
+	return ctx
+}
+
+func (m multiObserver) ReleaseEnd(ctx context.Context, e ReleaseEndEvent) {
+	for _, o := range m {
+		o.ReleaseEnd(ctx, e)
+	}
+}
+
+func (m multiObserver) Renew(e RenewEvent) {
+	for _, o := range m {
+		o.Renew(e)
+	}
+}
+
+func (m multiObserver) Lost(e LostEvent) {
+	for _, o := range m {
+		o.Lost(e)
+	}
+}
+
+// WithObserver has the Client report what its locks do to o (see
+// Observer). Without it, or with nil, nothing is reported.
+func WithObserver(o Observer) Option {
+	return func(c *clientConfig) { c.ext.observer = o }
+}

@@ -1,0 +1,346 @@
+package dlock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu       sync.Mutex
+	starts   []AcquireStartEvent
+	acquires []AcquireEndEvent
+	reenters []ReenterEvent
+	rstarts  []ReleaseStartEvent
+	releases []ReleaseEndEvent
+	renews   []RenewEvent
+	losts    []LostEvent
+	ctxSeen  []any // the value of ctxMark in the contexts of the End calls
+}
+
+type ctxMark struct{}
+
+var _ Observer = (*recorder)(nil)
+
+func (r *recorder) AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts = append(r.starts, e)
+	return context.WithValue(ctx, ctxMark{}, "acquire:"+e.Key)
+}
+
+func (r *recorder) AcquireEnd(ctx context.Context, e AcquireEndEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, e)
+	r.ctxSeen = append(r.ctxSeen, ctx.Value(ctxMark{}))
+}
+
+func (r *recorder) Reenter(_ context.Context, e ReenterEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reenters = append(r.reenters, e)
+}
+
+func (r *recorder) ReleaseStart(ctx context.Context, e ReleaseStartEvent) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rstarts = append(r.rstarts, e)
+	return context.WithValue(ctx, ctxMark{}, "release:"+e.Key)
+}
+
+func (r *recorder) ReleaseEnd(ctx context.Context, e ReleaseEndEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, e)
+	r.ctxSeen = append(r.ctxSeen, ctx.Value(ctxMark{}))
+}
+
+func (r *recorder) Renew(e RenewEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.renews = append(r.renews, e)
+}
+
+func (r *recorder) Lost(e LostEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losts = append(r.losts, e)
+}
+
+func (r *recorder) count(f func(r *recorder) int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f(r)
+}
+
+func TestObserverSeesTheLockLife(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
+	ctx := context.Background()
+
+	// A granted lock, a refused TryLock, a re-entry, the releases.
+	l := mustLock(t, c, "job:1")
+	if _, err := c.TryLock(ctx, "job:1"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock = %v", err)
+	}
+	inner, err := c.Lock(l.Context(), "job:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("second Unlock = %v", err)
+	}
+
+	rec.mu.Lock()
+	if len(rec.starts) != 2 || !rec.starts[0].Wait || rec.starts[1].Wait {
+		t.Errorf("acquire starts = %+v, want Lock then TryLock", rec.starts)
+	}
+	if len(rec.acquires) != 2 {
+		t.Fatalf("acquire ends = %+v", rec.acquires)
+	}
+	if a := rec.acquires[0]; a.Outcome != AcquireOK || a.Key != "job:1" || a.Fence != l.Fence() || a.WaitTime <= 0 || a.Err != nil {
+		t.Errorf("first acquire = %+v", a)
+	}
+	if a := rec.acquires[1]; a.Outcome != AcquireNotObtained || !errors.Is(a.Err, ErrNotObtained) {
+		t.Errorf("TryLock = %+v", a)
+	}
+	if len(rec.reenters) != 1 || rec.reenters[0].Level != 2 || rec.reenters[0].Err != nil {
+		t.Errorf("re-entries = %+v", rec.reenters)
+	}
+	// Inner and outer Unlock; the second Unlock of l fails before Redis and
+	// is not an event.
+	if len(rec.rstarts) != 2 || rec.rstarts[0].Level != 2 || rec.rstarts[1].Level != 1 {
+		t.Errorf("release starts = %+v", rec.rstarts)
+	}
+	if len(rec.releases) != 2 || rec.releases[1].Outcome != ReleaseOK || rec.releases[1].Held <= 0 {
+		t.Errorf("releases = %+v", rec.releases)
+	}
+	// The contexts returned by the Start calls reach the End calls.
+	want := []any{"acquire:job:1", "acquire:job:1", "release:job:1", "release:job:1"}
+	for i, v := range want {
+		if i >= len(rec.ctxSeen) || rec.ctxSeen[i] != v {
+			t.Errorf("contexts seen = %v, want %v", rec.ctxSeen, want)
+			break
+		}
+	}
+	rec.mu.Unlock()
+
+	// Renewals, then a loss when the lease runs out unrenewed.
+	r := mustLock(t, c, "job:2", WithTTL(60*time.Millisecond))
+	waitUntil(t, 5*time.Second, "two renewals", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.renews) }) >= 2
+	})
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short := mustLock(t, c, "job:3", WithTTL(50*time.Millisecond), WithoutRenewal())
+	<-short.Done()
+	waitUntil(t, 5*time.Second, "the loss", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
+	waitUntil(t, 5*time.Second, "the key to expire", func() bool { return rdb.Exists(ctx, c.keys("job:3").lock).Val() == 0 })
+	if err := short.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of a lost lock = %v", err)
+	}
+	// Close loses the locks still held.
+	_ = mustLock(t, c, "job:4")
+	c.Close()
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.renews {
+		if e.Key != "job:2" || e.Outcome != RenewOK {
+			t.Errorf("renewal %+v", e)
+		}
+	}
+	if len(rec.losts) != 2 {
+		t.Fatalf("losses = %+v", rec.losts)
+	}
+	if e := rec.losts[0]; e.Key != "job:3" || e.Reason != LostExpired || !errors.Is(e.Cause, ErrLockLost) || e.Held < 30*time.Millisecond {
+		t.Errorf("loss = %+v, want job:3 expired after ~50ms", e)
+	}
+	if e := rec.losts[1]; e.Key != "job:4" || e.Reason != LostClosed {
+		t.Errorf("loss = %+v, want job:4 closed", e)
+	}
+	last := rec.releases[len(rec.releases)-1]
+	if last.Key != "job:3" || last.Outcome != ReleaseNotHeld {
+		t.Errorf("release of the lost lock = %+v", last)
+	}
+}
+
+func TestObserverSeesAStolenLockAndCanceledWait(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "stolen", WithTTL(150*time.Millisecond))
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err := c.Lock(wctx, "stolen")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v", err)
+	}
+	rdb.Del(ctx, c.keys("stolen").lock) // an operator removed it
+	<-l.Done()
+	waitUntil(t, 5*time.Second, "the loss", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if a := rec.acquires[1]; a.Outcome != AcquireCanceled || a.WaitTime < 30*time.Millisecond {
+		t.Errorf("cancelled wait = %+v", a)
+	}
+	if e := rec.losts[0]; e.Reason != LostNotHeld {
+		t.Errorf("loss = %+v, want not_held", e)
+	}
+	var notHeld bool
+	for _, e := range rec.renews {
+		notHeld = notHeld || e.Outcome == RenewNotHeld
+	}
+	if !notHeld {
+		t.Errorf("renewals %+v: none found the lock gone", rec.renews)
+	}
+}
+
+func TestObservers(t *testing.T) {
+	a, b := &recorder{}, &recorder{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(a, nil, b)))
+	ctx := context.Background()
+	if err := c.Do(ctx, "both", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*recorder{a, b} {
+		if len(r.acquires) != 1 || len(r.releases) != 1 {
+			t.Errorf("observer saw %d acquisitions and %d releases, want 1 each", len(r.acquires), len(r.releases))
+		}
+	}
+}
+
+// TestHooksCostNothingWhenOff checks that without an Observer, debug logs
+// and the other optional features, the hooks on the lock's path do not
+// allocate.
+func TestHooksCostNothingWhenOff(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "cheap")
+	defer l.Unlock(ctx)
+	req := backend.Request{Key: "cheap", Token: l.Token(), TTL: DefaultTTL, Wait: true}
+	cfg := lockConfig{ttl: DefaultTTL, renew: true}
+	due := []*hold{l.h}
+	outcomes := []backend.Outcome{backend.Held}
+	allocs := testing.AllocsPerRun(1000, func() {
+		x, actx, err := c.prepare(ctx, &req, &cfg)
+		if x != nil || actx != ctx || err != nil {
+			t.Fatal("prepare did work with every feature off")
+		}
+		c.acquireEnd(actx, x, &req, l.h, nil)
+		_ = x.granted()
+		c.reentered(ctx, l.h, l, nil)
+		c.renewed(due, outcomes)
+		c.observeLost(l.h, ErrLockLost)
+		_ = c.beFor(l.h)
+	})
+	if allocs != 0 {
+		t.Errorf("hooks allocate %v times per lock with every feature off, want 0", allocs)
+	}
+}
+
+// BenchmarkObserverOverhead measures an uncontended Lock + Unlock without
+// and with an Observer (a NopObserver: the cost of the hooks alone).
+func BenchmarkObserverOverhead(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{{"none", nil}, {"nop", []Option{WithObserver(NopObserver{})}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c, _, _ := newTestClientB(b, bc.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.Lock(ctx, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestLogLevels(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, _, _ := newTestClient(t, WithLogger(log))
+	ctx := context.Background()
+	l := mustLock(t, c, "logged")
+	inner, err := c.Lock(l.Context(), "logged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = inner.Unlock(ctx)
+	_ = l.Unlock(ctx)
+	short := mustLock(t, c, "logged", WithTTL(30*time.Millisecond), WithoutRenewal())
+	<-short.Done()
+	waitUntil(t, 5*time.Second, "the loss to be logged", func() bool { return strings.Contains(buf.String(), "lock lost") })
+	out := buf.String()
+	for _, want := range []string{
+		`level=DEBUG msg="dlock: acquired" key=logged`,
+		`level=DEBUG msg="dlock: re-entered" key=logged level=2`,
+		`level=DEBUG msg="dlock: released" key=logged level=1`,
+		`level=WARN msg="dlock: lock lost" key=logged`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+
+	// At the default Info level, a lock's normal life logs nothing.
+	buf.Reset()
+	quiet := newClientOn(t, c.be.(*node).rdb, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if err := quiet.Do(ctx, "quiet", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if buf.String() != "" {
+		t.Errorf("Info-level log of a normal lock: %s", buf.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the watchdog and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}

@@ -1,0 +1,381 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+const (
+	// Lock returns ErrNoQuorum once a majority of the nodes has failed
+	// noQuorumTries attempts in a row over noQuorumFor at least: a node
+	// that just came back can take go-redis a second to reconnect to.
+	noQuorumTries = 3
+	noQuorumFor   = 2 * time.Second
+	// maxBackoffShift bounds the growth of the random retry delay: at most
+	// RetryDelay << maxBackoffShift.
+	maxBackoffShift = 4
+	// fallbackWait bounds a waiter's sleep when no holder's remaining lease
+	// is known (for example, the lock key has no expiry).
+	fallbackWait = time.Second
+)
+
+// Acquire takes the lock on a majority of the nodes, waiting if r.Wait.
+func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
+	k := b.keys(r.Key)
+	// What the waiters' channel had seen before the first attempt: a release
+	// published after it must not be missed by a waiter that joins later.
+	var gen uint64
+	var confirmed bool
+	if r.Wait {
+		gen, confirmed = b.hub.snapshot(k.channel)
+	}
+	var w *waiter
+	defer func() {
+		if w != nil {
+			w.leave()
+		}
+	}()
+	token := r.Token
+	noQuorum, backoff := 0, 0
+	var noQuorumSince time.Time
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			// A fresh token per attempt: a release of an earlier attempt
+			// still on its way to a slow node cannot remove this one's hold.
+			token = newToken()
+		}
+		res := b.try(ctx, r, k, token)
+		if res.err == nil {
+			return res.grant, nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return backend.Grant{}, fmt.Errorf("redlock: lock %q: waiting ended: %w", r.Key, ctx.Err())
+		case b.isClosed():
+			return backend.Grant{}, fmt.Errorf("redlock: lock %q: %w", r.Key, dlock.ErrClosed)
+		case !r.Wait:
+			return backend.Grant{}, res.err
+		}
+		if res.noQuorum {
+			if noQuorum++; noQuorum == 1 {
+				noQuorumSince = time.Now()
+			}
+			if noQuorum >= noQuorumTries && time.Since(noQuorumSince) >= noQuorumFor {
+				res.err.detail += fmt.Sprintf(", %d attempts in a row over %v", noQuorum, time.Since(noQuorumSince).Round(time.Millisecond))
+				return backend.Grant{}, res.err
+			}
+		} else {
+			noQuorum = 0
+		}
+
+		var delay time.Duration
+		if res.blocked {
+			// Sleep until a release wakes us, or the other holds' leases
+			// would run out without renewal.
+			backoff = 0
+			delay = fallbackWait
+			if res.pttl > 0 {
+				delay = res.pttl + time.Millisecond
+			}
+		} else {
+			// A race between contenders, or nodes failing: back off for a
+			// random time so that the next attempts do not collide again,
+			// growing while nothing changes (a node stays down).
+			delay = randUpTo(b.retryDelay << min(backoff, maxBackoffShift))
+			backoff++
+			if res.pttl > 0 {
+				delay = min(delay, res.pttl+time.Millisecond)
+			}
+		}
+		if r.Retry != nil {
+			d, ok := r.Retry.Backoff(attempt)
+			if !ok {
+				res.err.detail += fmt.Sprintf("; gave up after %d attempts", attempt)
+				return backend.Grant{}, res.err
+			}
+			delay = min(delay, d)
+		}
+		if w == nil {
+			w = b.hub.join(k.channel, gen, confirmed)
+		}
+		// Only a blocked waiter listens for releases: one backing off after
+		// a race or with nodes down retries after its delay anyway, and
+		// waking it on every failed attempt of the others would make the
+		// waiters wake each other in a loop.
+		var wake <-chan struct{}
+		if w != nil && res.blocked {
+			w.ignore(token)
+			wake = w.wake
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case <-wake:
+			timer.Stop()
+			// Every waiter of this key woke: spread their attempts out.
+			if !b.sleep(ctx, randUpTo(b.retryDelay/10)) && ctx.Err() == nil {
+				return backend.Grant{}, fmt.Errorf("redlock: lock %q: %w", r.Key, dlock.ErrClosed)
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		case <-b.done:
+			timer.Stop()
+			return backend.Grant{}, fmt.Errorf("redlock: lock %q: %w", r.Key, dlock.ErrClosed)
+		}
+		if ctx.Err() != nil {
+			return backend.Grant{}, fmt.Errorf("redlock: lock %q: waiting ended: %w", r.Key, ctx.Err())
+		}
+	}
+}
+
+func (b *redlock) isClosed() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// randUpTo returns a random duration in [0, d].
+func randUpTo(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
+
+// tryResult is the outcome of one Redlock attempt.
+type tryResult struct {
+	grant    backend.Grant
+	err      *Error        // nil: granted
+	noQuorum bool          // too few nodes answered to decide
+	blocked  bool          // other owners hold the lock on a majority
+	pttl     time.Duration // the least remaining lease of the other owners' holds
+}
+
+// acquireReply is a node's answer to acquire.lua.
+type acquireReply struct {
+	granted bool
+	counter uint64        // granted: the node's fence counter
+	nowUs   uint64        // granted: the node's clock in microseconds
+	pttl    time.Duration // refused: the other owner's remaining lease
+	owner   string        // refused: the other owner's token
+}
+
+// try makes one Redlock attempt: acquire on every node in parallel; with a
+// majority granted in time, store the new fence on the granting nodes; on
+// any failure, release on every node that may have granted it.
+func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token string) tryResult {
+	start := time.Now() // before the first request: the validity counts from here
+	timeout := b.acquireTimeout(r.TTL)
+	n, q := len(b.nodes), b.quorum
+	lease := ms(r.TTL)
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (acquireReply, error) {
+		v, err := acquireScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, lease, r.Meta).Slice()
+		if err != nil {
+			return acquireReply{}, err
+		}
+		return parseAcquire(v)
+	}, func(rs []reply[acquireReply]) bool {
+		// Stop at a majority granted. A failure waits for every node (up to
+		// the timeout), to release wherever it was granted and to report
+		// every node's vote.
+		granted := 0
+		for _, r := range rs {
+			if r.ok() && r.val.granted {
+				granted++
+			}
+		}
+		return granted >= q
+	})
+	validity := func() time.Duration { return r.TTL - time.Since(start) - drift(r.TTL) }
+
+	var granted []int
+	refused := 0
+	owners := make(map[string]int)
+	var pttl time.Duration
+	var fence, clock uint64
+	for i, rp := range rs {
+		switch {
+		case !rp.ok():
+		case rp.val.granted:
+			granted = append(granted, i)
+			fence = max(fence, rp.val.counter)
+			clock = max(clock, rp.val.nowUs)
+		default:
+			refused++
+			owners[rp.val.owner]++
+			if p := rp.val.pttl; p > 0 && (pttl == 0 || p < pttl) {
+				pttl = p
+			}
+		}
+	}
+	errs, unreachable := nodeErrors(b, rs)
+	// The new fence is above every counter of the granting nodes and at
+	// least their latest clock reading (see docs/safety.md).
+	fence = max(fence+1, clock)
+	detail := ""
+	if len(granted) >= q {
+		if validity() <= 0 {
+			detail = "the majority came too late: the validity had run out"
+		} else {
+			stored, ferrs := b.storeFence(ctx, k, token, fence, granted, timeout)
+			if stored >= q && validity() > 0 {
+				l := &backend.Lease{Key: r.Key, Token: token, Data: &lockData{keys: k, lease: r.TTL}}
+				return tryResult{grant: backend.Grant{Lease: l, Fence: fence, Start: start, TTL: r.TTL}}
+			}
+			detail = fmt.Sprintf("the fence was stored on %d nodes only", stored)
+			if stored >= q {
+				detail = "the validity ran out while storing the fence"
+			}
+			for i, e := range ferrs {
+				if e != nil && errs[i] == nil {
+					errs[i] = e
+				}
+			}
+		}
+	}
+
+	// Failed. Release wherever we may hold the lock: the nodes that granted
+	// it, and those that did not answer (they may have granted it). The
+	// release wakes the waiters if it frees a node, unless another owner
+	// holds a majority: then nothing changed for them, and waking them
+	// would only make them retry.
+	majorityOwner := false
+	for _, c := range owners {
+		if c >= q {
+			majorityOwner = true
+		}
+	}
+	var mayHold []int
+	for i, rp := range rs {
+		if !rp.ok() || rp.val.granted {
+			mayHold = append(mayHold, i)
+		}
+	}
+	b.releaseAttempt(ctx, k, token, mayHold, len(granted) > 0 && !majorityOwner, timeout, b.opTimeout(r.TTL))
+
+	res := tryResult{blocked: refused >= q, pttl: pttl}
+	kind := dlock.ErrNotObtained
+	if len(granted)+refused < q {
+		kind, res.noQuorum = ErrNoQuorum, true
+	}
+	if detail == "" {
+		switch {
+		case majorityOwner:
+			detail = "held by another owner"
+		case res.noQuorum:
+			detail = fmt.Sprintf("%d of %d nodes answered, %d needed", len(granted)+refused, n, q)
+		case refused > 0:
+			detail = "no majority: held elsewhere or taken by competing attempts"
+		default:
+			detail = "no majority"
+		}
+	}
+	res.err = &Error{
+		Op: "lock", Key: r.Key,
+		Granted: len(granted), Refused: refused, Unreachable: unreachable,
+		Nodes: errs, kind: kind, detail: detail,
+	}
+	return res
+}
+
+func parseAcquire(v []any) (acquireReply, error) {
+	num := func(i int) (int64, error) {
+		if i >= len(v) {
+			return 0, fmt.Errorf("redlock: short reply from acquire.lua: %v", v)
+		}
+		n, ok := v[i].(int64)
+		if !ok {
+			return 0, fmt.Errorf("redlock: unexpected reply from acquire.lua: %v", v)
+		}
+		return n, nil
+	}
+	status, err := num(0)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	a, err := num(1)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	if status == 1 {
+		c, err := num(2)
+		if err != nil {
+			return acquireReply{}, err
+		}
+		return acquireReply{granted: true, counter: uint64(max(a, 0)), nowUs: uint64(max(c, 0))}, nil
+	}
+	owner := ""
+	if len(v) > 2 {
+		owner, _ = v[2].(string)
+	}
+	return acquireReply{pttl: time.Duration(a) * time.Millisecond, owner: owner}, nil
+}
+
+// storeFence writes the fence to the granting nodes while the token holds
+// them there, and returns on how many it was stored.
+func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes []int, timeout time.Duration) (int, []error) {
+	q := b.quorum
+	f := strconv.FormatUint(fence, 10)
+	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return fenceScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, f).Int64()
+	}, func(rs []reply[int64]) bool {
+		stored, failed := 0, 0
+		for _, r := range rs {
+			if r.ok() && r.val == 1 {
+				stored++
+			} else if r.answered {
+				failed++
+			}
+		}
+		return stored >= q || failed > len(nodes)-q
+	})
+	stored := 0
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		switch {
+		case r.ok() && r.val == 1:
+			stored++
+		case r.asked && r.err != nil:
+			errs[i] = b.nodeError(i, r.err)
+		case r.asked && r.val == 0:
+			errs[i] = &NodeError{Node: i, Addr: b.nodes[i].addr, Err: fmt.Errorf("lost the lock before its fence was stored")}
+		case r.asked:
+			errs[i] = &NodeError{Node: i, Addr: b.nodes[i].addr, Err: fmt.Errorf("fence counter already at %d or more", fence)}
+		}
+	}
+	return stored, errs
+}
+
+// releaseAttempt releases the token's hold on the given nodes after a
+// failed attempt, waiting for them up to the timeout; the requests
+// themselves may take up to life.
+func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, nodes []int, wake bool, timeout, life time.Duration) {
+	if len(nodes) == 0 {
+		return
+	}
+	pub := "0"
+	if wake {
+		pub = "1"
+	}
+	// The requests outlive the wait: a slow node should still drop the hold.
+	rs := fanout(b, context.WithoutCancel(ctx), nodes, timeout, life, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return releaseScript.Run(ctx, rdb, []string{k.lock, k.channel}, token, 1, pub).Int64()
+	}, nil)
+	for i, r := range rs {
+		if r.asked && r.err != nil {
+			b.log.Debug("redlock: release after a failed attempt failed; the hold expires with its lease",
+				"key", k.lock, "node", b.nodes[i].addr, "error", r.err)
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+type workerCmd = exec.Cmd
+
+// startWorker runs this test binary as a separate process contending for
+// the lock "counter" n times.
+func startWorker(t *testing.T, cl *cluster, resource string, n int) *workerCmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=counter",
+		"REDLOCK_TEST_NODES="+cl.addrs(),
+		"REDLOCK_TEST_RESOURCE="+resource,
+		"REDLOCK_TEST_N="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func TestHolderKeepsLockWithTwoNodesKilled(t *testing.T) {
+	cl := startCluster(t, 5)
+	holder, other := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	const lease = 600 * time.Millisecond
+	l := mustLock(t, holder, "job", dlock.WithTTL(lease))
+	cl.srvs[0].Kill(t)
+	cl.srvs[4].Kill(t)
+	// Renewals every lease/3 keep going on the three nodes left.
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost with 3 of 5 nodes up: %v", context.Cause(l.Context()))
+	case <-time.After(3 * lease): // an observation window, not synchronization
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Errorf("TTL() = %v, %v", ttl, err)
+	}
+	_, err := other.TryLock(ctx, "job")
+	var re *redlock.Error
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &re) || re.Refused != 3 || re.Unreachable != 2 {
+		t.Fatalf("TryLock = %v, want ErrNotObtained with 3 held elsewhere and 2 unreachable", err)
+	}
+	t.Logf("TryLock of a held lock with 2 nodes down: %v", err)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustLock(t, other, "job")
+	if l2.Fence() <= l.Fence() {
+		t.Errorf("fence %d after %d", l2.Fence(), l.Fence())
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMajorityDown(t *testing.T) {
+	cl := startCluster(t, 5)
+	holder, other := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	const lease = 400 * time.Millisecond
+	l := mustLock(t, holder, "job", dlock.WithTTL(lease))
+	killed := time.Now()
+	for _, i := range []int{0, 2, 4} {
+		cl.srvs[i].Kill(t)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder not told that it lost the lock")
+	}
+	if d := time.Since(killed); d > lease {
+		t.Errorf("holder told %v after the nodes died, want within the %v lease", d, lease)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", cause)
+	}
+
+	for _, try := range []func() error{
+		func() error { _, err := other.TryLock(ctx, "job2"); return err },
+		func() error { _, err := other.Lock(ctx, "job2"); return err }, // gives up, does not hang
+	} {
+		err := try()
+		if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("with 3 of 5 down: %v, want ErrNoQuorum", err)
+		}
+		var re *redlock.Error
+		if !errors.As(err, &re) || re.Unreachable != 3 || re.Granted != 2 {
+			t.Fatalf("votes = %+v, want 2 granted and 3 unreachable", re)
+		}
+		for i, ne := range re.Nodes {
+			down := i%2 == 0
+			if (ne != nil) != down {
+				t.Errorf("node %d error = %v", i, ne)
+			}
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("the nodes' connection errors are not in %v", err)
+		}
+		t.Logf("acquire with 3 of 5 down: %v", err)
+	}
+	for _, i := range []int{1, 3} {
+		if cl.rdbs[i].Exists(ctx, lockKey("job2")).Val() != 0 {
+			t.Errorf("node %d kept the failed attempt's hold", i)
+		}
+	}
+}
+
+func TestFencesIncreaseWhileNodesComeAndGo(t *testing.T) {
+	cl := startCluster(t, 5)
+	clients := []*dlock.Client{cl.locker(t), cl.locker(t)}
+	ctx := context.Background()
+	// Nodes go down and come back empty (no persistence), never more than
+	// two at a time, between holders.
+	steps := [][]int{{}, {0}, {0, 1}, {1}, {1, 2}, {2}, {2, 3}, {3}, {3, 4}, {4}, {4, 0}, {0}, {}}
+	var last uint64
+	for s, down := range steps {
+		isDown := map[int]bool{}
+		for _, i := range down {
+			isDown[i] = true
+		}
+		for i, srv := range cl.srvs {
+			switch {
+			case isDown[i] && srv.Running():
+				srv.Kill(t)
+			case !isDown[i] && !srv.Running():
+				srv.Restart(t)
+			}
+		}
+		l := mustLock(t, clients[s%2], "fenced", dlock.WithTTL(time.Second))
+		if l.Fence() <= last {
+			t.Errorf("step %d (nodes %v down): fence %d after %d", s, down, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+	}
+}
+
+func TestFenceCarriedByTheNodeMajoritiesShare(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	ctx := context.Background()
+	// Put node 0's counter far ahead of every clock, so that only the
+	// counters, not the clocks, can make the next fences larger.
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
+	cl.rdbs[0].Set(ctx, lockKey("k")+":fence", ahead, 0)
+	cl.srvs[3].Kill(t)
+	cl.srvs[4].Kill(t)
+	a := mustLock(t, c, "k", dlock.WithTTL(time.Second)) // granted by nodes 0, 1, 2
+	if a.Fence() != ahead+1 {
+		t.Fatalf("fence %d, want %d (node 0's counter + 1)", a.Fence(), ahead+1)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The next majority, 2-3-4, shares only node 2 with the last one.
+	cl.srvs[0].Kill(t)
+	cl.srvs[1].Kill(t)
+	cl.srvs[3].Restart(t)
+	cl.srvs[4].Restart(t)
+	b := mustLock(t, c, "k", dlock.WithTTL(time.Second))
+	if b.Fence() <= a.Fence() {
+		t.Errorf("fence %d after %d: the shared node did not carry the counter", b.Fence(), a.Fence())
+	}
+	_ = b.Unlock(ctx)
+}
+
+// TestRestartedEmptyNodeAndFencing is the known Redlock hole: a node that
+// restarts empty while a lock is held lets a second client take a majority
+// while the first still believes it holds the lock. Fencing keeps the
+// protected resource consistent anyway.
+func TestRestartedEmptyNodeAndFencing(t *testing.T) {
+	cl := startCluster(t, 5)
+	ca, cb := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	cl.srvs[3].Kill(t)
+	cl.srvs[4].Kill(t)
+	a := mustLock(t, ca, "stock:7", dlock.WithTTL(10*time.Second))
+	if got := cl.holders(t, "stock:7", a.Token()); len(got) != 3 {
+		t.Fatalf("A holds nodes %v, want 0-2", got)
+	}
+	cl.srvs[3].Restart(t)
+	cl.srvs[4].Restart(t)
+	cl.srvs[2].Kill(t)
+	cl.srvs[2].Restart(t) // no persistence, no delay: A's hold there is gone
+
+	// Lock, not TryLock: go-redis may need a moment to reconnect to node 2.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	b, err := cb.Lock(lctx, "stock:7", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("B could not take nodes 2-4: %v", err)
+	}
+	defer b.Unlock(ctx)
+	if a.Context().Err() == nil {
+		t.Log("as expected without delayed restarts, A and B both believe they hold the lock")
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d is not above A's %d", b.Fence(), a.Fence())
+	}
+	var res fencedResource
+	if err := res.write(b.Fence(), "B"); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.write(a.Fence(), "A"); err == nil {
+		t.Error("the resource accepted A's late write after B's")
+	}
+	// A's next renewal sees that a majority is gone for good.
+	if err := a.Extend(ctx, 10*time.Second); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("A's Extend = %v, want ErrLockLost", err)
+	}
+	if !errors.Is(context.Cause(a.Context()), dlock.ErrLockLost) {
+		t.Errorf("A's cause = %v", context.Cause(a.Context()))
+	}
+}
+
+// TestDelayedRestartKeepsExclusion: a node that stays down for longer than
+// the lease comes back only after the holder that needed it was told it
+// lost the lock.
+func TestDelayedRestartKeepsExclusion(t *testing.T) {
+	cl := startCluster(t, 5)
+	ca, cb := cl.locker(t), cl.locker(t)
+	const lease = 400 * time.Millisecond
+	cl.srvs[3].Kill(t)
+	cl.srvs[4].Kill(t)
+	a := mustLock(t, ca, "job", dlock.WithTTL(lease)) // nodes 0-2
+	cl.srvs[3].Restart(t)
+	cl.srvs[4].Restart(t)
+	cl.srvs[2].Kill(t)
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A kept trusting a lock held on 2 of 5 nodes")
+	}
+	if !errors.Is(context.Cause(a.Context()), dlock.ErrLockLost) {
+		t.Errorf("A's cause = %v", context.Cause(a.Context()))
+	}
+	// Only now, after the lease, the operator restarts the node (empty).
+	cl.srvs[2].Restart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := cb.Lock(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Errorf("fence %d after %d", b.Fence(), a.Fence())
+	}
+	_ = b.Unlock(context.Background())
+}
+
+// TestPersistentNodeKeepsLockAcrossRestart: with AOF and fsync on every
+// write, a node that crashes and restarts still has the holder's lock.
+func TestPersistentNodeKeepsLockAcrossRestart(t *testing.T) {
+	cl := startCluster(t, 5, func(i int) []redistest.Option {
+		return []redistest.Option{redistest.WithConfig("appendonly", "yes"), redistest.WithConfig("appendfsync", "always")}
+	})
+	ca, cb := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	cl.srvs[3].Kill(t)
+	cl.srvs[4].Kill(t)
+	a := mustLock(t, ca, "job", dlock.WithTTL(10*time.Second))
+	defer a.Unlock(ctx)
+	cl.srvs[3].Restart(t)
+	cl.srvs[4].Restart(t)
+	cl.srvs[2].Kill(t) // a crash: no shutdown
+	cl.srvs[2].Restart(t)
+	if got := cl.holders(t, "job", a.Token()); len(got) != 3 {
+		t.Fatalf("after the restart A holds nodes %v, want 0-2", got)
+	}
+	if _, err := cb.TryLock(ctx, "job"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("B's TryLock = %v, want ErrNotObtained", err)
+	}
+	if err := a.Extend(ctx, 10*time.Second); err != nil {
+		t.Errorf("A's Extend = %v", err)
+	}
+}
+
+func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connect to every node first
+	cl.srvs[2].Pause(t)
+	fastest := time.Hour
+	for range 5 {
+		start := time.Now()
+		l, err := c.TryLock(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fastest = min(fastest, time.Since(start))
+	}
+	// The majority answers in about a round trip each way; the per-node
+	// timeout (50 ms) is not waited for.
+	if fastest > 40*time.Millisecond {
+		t.Errorf("TryLock+Unlock took %v at best with a hung node", fastest)
+	}
+	l := mustLock(t, c, "job", dlock.WithTTL(600*time.Millisecond))
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost with one hung node: %v", context.Cause(l.Context()))
+	case <-time.After(800 * time.Millisecond): // renewals go on without it
+	}
+	_ = l.Unlock(ctx)
+}
+
+func TestHungNodeWhileWaiting(t *testing.T) {
+	cl := startCluster(t, 5)
+	holder := cl.locker(t)
+	waiter, err := redlock.New(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, holder, "busy")
+	cl.srvs[2].Pause(t) // the waiter's pub/sub connection to it hangs
+	errc := make(chan error, 1)
+	go func() {
+		l2, err := waiter.Lock(context.Background(), "busy")
+		if err == nil {
+			err = l2.Unlock(context.Background())
+		}
+		errc <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
+		return cl.rdbs[0].PubSubNumSub(context.Background(), lockKey("busy")+":wake").Val()[lockKey("busy")+":wake"] == 1
+	})
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock with one node hung")
+	}
+	start := time.Now()
+	waiter.Close() // waits for its calls to the hung node, up to their timeouts
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v with a hung node", d)
+	}
+}

@@ -1,0 +1,31 @@
+-- acquire: take the lock on this node for ARGV[1] if nobody holds it.
+-- KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
+-- KEYS[2] fence counter: the highest fencing token stored on this node
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata (JSON)
+-- Returns {1, counter, now_us} when granted (counter is this node's fence
+-- counter, now_us its clock in microseconds), or {0, pttl, owner} when
+-- another token holds the lock here.
+-- Reads come first: a key of the wrong type or a corrupt counter fails the
+-- script before anything is written.
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not counter then
+  return redis.error_reply('ERR redlock: the fence counter ' .. KEYS[2] .. ' is not a number')
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- HGET fails with WRONGTYPE if the key is not a lock.
+  if not redis.call('HGET', KEYS[1], ARGV[1]) then
+    local owner = ''
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(f, 1, 1) ~= ':' then owner = f break end
+    end
+    return {0, redis.call('PTTL', KEYS[1]), owner}
+  end
+  -- Our own request delivered twice (a client-side retry): keep the hold
+  -- and restart the lease below, so it lasts as long as the caller counts.
+else
+  redis.call('HSET', KEYS[1], ARGV[1], 1, ':meta', ARGV[3], ':at', string.format('%.0f', math.floor(now_us / 1000)))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, counter, now_us}

@@ -1,0 +1,13 @@
+-- fence: store the fencing token ARGV[2] of the acquisition of ARGV[1]
+-- while ARGV[1] holds KEYS[1] on this node, so that every later grant on
+-- this node reads a counter at least as large.
+-- KEYS[1] lock hash, KEYS[2] fence counter.
+-- Returns 1 when stored, 0 when the token does not hold the lock here, -1
+-- when the counter is already at least ARGV[2] (never expected: the fence
+-- was computed from this node's counter while the token held the lock).
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+if cur and cur >= tonumber(ARGV[2]) then return -1 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[1], ':fence', ARGV[2])
+return 1

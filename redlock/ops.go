@@ -1,0 +1,280 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// votes counts, for one lock, the nodes where the token holds it (yes),
+// those where it does not (no), and those that did not answer.
+type votes struct{ yes, no, unknown int }
+
+// outcome turns renewal votes into an outcome. A node that said no never
+// says yes again (a renewal does not give a node back a lock it lost), so
+// once more than N-quorum said no, a majority is lost for good.
+func (b *redlock) outcome(v votes) backend.Outcome {
+	switch {
+	case v.yes >= b.quorum:
+		return backend.Held
+	case v.no > len(b.nodes)-b.quorum:
+		return backend.NotHeld
+	default:
+		return backend.Unknown
+	}
+}
+
+// Renew resets the leases on every node, in one pipelined round trip per
+// node, all nodes in parallel. A lease is renewed when a majority reset it;
+// lost when more than a minority no longer hold it; else Unknown, and the
+// Client's watchdog declares it lost when its validity ends.
+func (b *redlock) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+	out, _ := b.renew(ctx, rs)
+	return out
+}
+
+func (b *redlock) renew(ctx context.Context, rs []backend.Renewal) ([]backend.Outcome, []reply[[]int64]) {
+	out := make([]backend.Outcome, len(rs))
+	if len(rs) == 0 {
+		return out, nil
+	}
+	shortest := rs[0].TTL
+	for _, r := range rs {
+		shortest = min(shortest, r.TTL)
+	}
+	timeout := b.opTimeout(shortest)
+	replies := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) ([]int64, error) {
+		return renewOn(ctx, rdb, rs)
+	}, func(replies []reply[[]int64]) bool {
+		for j := range rs {
+			if b.outcome(renewVotes(replies, j)) == backend.Unknown {
+				return false
+			}
+		}
+		return true
+	})
+	for j := range rs {
+		out[j] = b.outcome(renewVotes(replies, j))
+	}
+	return out, replies
+}
+
+// renewVotes counts the votes on renewal j.
+func renewVotes(replies []reply[[]int64], j int) votes {
+	var v votes
+	for _, rp := range replies {
+		switch {
+		case !rp.ok() || rp.val[j] < 0:
+			v.unknown++
+		case rp.val[j] == 1:
+			v.yes++
+		default:
+			v.no++
+		}
+	}
+	return v
+}
+
+// renewOn runs extend.lua for every renewal on one node in one pipeline.
+// Each value is 1 (extended), 0 (not held there) or -1 (that command
+// failed); the error is set when no command got an answer.
+func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewal) ([]int64, error) {
+	run := func() ([]*redis.Cmd, error) {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(rs))
+		for i, r := range rs {
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, ms(r.TTL))
+		}
+		_, err := pipe.Exec(ctx)
+		return cmds, err
+	}
+	cmds, err := run()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		// The node lost its script cache (a restart, SCRIPT FLUSH).
+		if lerr := extendScript.Load(ctx, rdb).Err(); lerr != nil {
+			return nil, lerr
+		}
+		cmds, err = run()
+	}
+	vals := make([]int64, len(cmds))
+	answered := false
+	for i, c := range cmds {
+		v, cerr := c.Int64()
+		if cerr != nil {
+			vals[i] = -1
+			continue
+		}
+		answered = true
+		vals[i] = v
+	}
+	if !answered {
+		if err == nil {
+			err = errors.New("redlock: no reply to the renewals")
+		}
+		return nil, err
+	}
+	return vals, nil
+}
+
+// Extend resets one lease to ttl on every node; it needs a majority.
+func (b *redlock) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
+	out, replies := b.renew(ctx, []backend.Renewal{{Lease: l, TTL: ttl}})
+	if out[0] != backend.Unknown {
+		return out[0], nil
+	}
+	v := renewVotes(replies, 0)
+	e := &Error{Op: "extend", Key: l.Key, Granted: v.yes, Refused: v.no, Unreachable: v.unknown, kind: ErrNoQuorum}
+	e.Nodes, _ = nodeErrors(b, replies)
+	return out[0], e
+}
+
+// errorFrom builds the *Error of an operation whose node replies say yes
+// (the token holds the lock there) or no.
+func (b *redlock) errorFrom(op, key string, rs []reply[int64], yes func(int64) bool) *Error {
+	e := &Error{Op: op, Key: key}
+	for _, r := range rs {
+		switch {
+		case !r.ok():
+		case yes(r.val):
+			e.Granted++
+		default:
+			e.Refused++
+		}
+	}
+	e.Nodes, e.Unreachable = nodeErrors(b, rs)
+	e.kind = ErrNoQuorum
+	return e
+}
+
+// TTL reads the remaining lease: how long a majority keeps the lock if it
+// is not renewed (the quorum-th longest of the nodes' remaining leases).
+func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
+	d := data(l)
+	timeout := b.opTimeout(d.lease)
+	held := func(v int64) bool { return v != -3 }
+	tally := func(rs []reply[int64]) votes {
+		var v votes
+		for _, r := range rs {
+			switch {
+			case !r.ok():
+				v.unknown++
+			case held(r.val):
+				v.yes++
+			default:
+				v.no++
+			}
+		}
+		return v
+	}
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
+	}, func(rs []reply[int64]) bool {
+		v := tally(rs)
+		return v.unknown == 0 // wait for every node: the answer is an order statistic
+	})
+	switch b.outcome(tally(rs)) {
+	case backend.NotHeld:
+		return 0, backend.NotHeld, nil
+	case backend.Unknown:
+		return 0, backend.Unknown, b.errorFrom("ttl", l.Key, rs, held)
+	}
+	var pttls []time.Duration
+	for _, r := range rs {
+		if r.ok() && held(r.val) {
+			p := time.Duration(r.val) * time.Millisecond
+			if r.val < 0 {
+				p = 0 // no expiry: a key changed behind our back
+			}
+			pttls = append(pttls, p)
+		}
+	}
+	slices.Sort(pttls)
+	slices.Reverse(pttls)
+	return pttls[b.quorum-1], backend.Held, nil
+}
+
+// Release gives back holds down to level-1 on every node; the last hold
+// deletes the lock and wakes the waiters. It returns the holds left when a
+// majority held the lock, -1 when a majority did not, and an *Error when
+// too few nodes answered to tell.
+func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	d := data(l)
+	timeout := b.opTimeout(d.lease)
+	held := func(v int64) bool { return v >= 0 }
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return releaseScript.Run(ctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
+	}, func(rs []reply[int64]) bool {
+		yes, no := 0, 0
+		for _, r := range rs {
+			if r.ok() && held(r.val) {
+				yes++
+			} else if r.ok() {
+				no++
+			}
+		}
+		return yes >= b.quorum || no >= b.quorum
+	})
+	yes, no := 0, 0
+	left := int64(0)
+	for _, r := range rs {
+		if r.ok() && held(r.val) {
+			yes++
+			left = max(left, r.val)
+		} else if r.ok() {
+			no++
+		}
+	}
+	switch {
+	case yes >= b.quorum:
+		return left, nil
+	case no >= b.quorum:
+		return -1, nil
+	}
+	return 0, b.errorFrom("unlock", l.Key, rs, held)
+}
+
+// Reenter adds a hold on every node that holds the lock; it needs a
+// majority. It returns the new hold count, or 0 when a majority is lost.
+func (b *redlock) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
+	d := data(l)
+	timeout := b.opTimeout(d.lease)
+	held := func(v int64) bool { return v > 0 }
+	tally := func(rs []reply[int64]) votes {
+		var v votes
+		for _, r := range rs {
+			switch {
+			case !r.ok():
+				v.unknown++
+			case held(r.val):
+				v.yes++
+			default:
+				v.no++
+			}
+		}
+		return v
+	}
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return reenterScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
+	}, func(rs []reply[int64]) bool {
+		return b.outcome(tally(rs)) != backend.Unknown
+	})
+	switch b.outcome(tally(rs)) {
+	case backend.NotHeld:
+		return 0, nil
+	case backend.Unknown:
+		return 0, b.errorFrom("re-enter", l.Key, rs, held)
+	}
+	n := int64(0)
+	for _, r := range rs {
+		if r.ok() && held(r.val) {
+			n = max(n, r.val)
+		}
+	}
+	return n, nil
+}

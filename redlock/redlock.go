@@ -1,0 +1,294 @@
+// Package redlock takes dlock locks on N independent Redis masters with the
+// Redlock algorithm: a lock is held when a majority of the masters granted
+// it, so it survives the loss of any minority of them.
+//
+// New returns the same *dlock.Client as dlock.New, with the same Lock,
+// TryLock, Do and Close, the same lock options and the same *dlock.Lock:
+// Fence, Context, Done, Extend, TTL and Unlock, reentrancy, and a watchdog
+// that renews the lease on a majority and cancels the lock's Context with
+// dlock.ErrLockLost before the validity runs out when it cannot. Code
+// written against dlock.Locker switches between one Redis and Redlock
+// without changes.
+//
+// # The algorithm
+//
+// As the Redis documentation states it: one random token for the attempt
+// on every node; the requests go out in parallel, and a node that has not
+// answered within a short per-node timeout counts as failed (the attempt
+// does not wait for it); the lock is taken when a majority (N/2+1) granted
+// it and the validity, lease - elapsed - drift with drift = lease/100 +
+// 2 ms, measured from before the first request, is still positive. A failed
+// attempt releases the lock on every node that may have granted it and is
+// retried after a random delay. The holder trusts the lock until that
+// validity ends; each renewal needs a majority too, and is trusted from
+// before it was sent. A node that lost the lock (it expired there, or the
+// node restarted empty) is never given it back by a renewal, so a renewal
+// that succeeds proves that a majority has held the token continuously.
+//
+// # Fencing
+//
+// Every grant carries a fencing token that increases across holders while
+// any minority of the nodes is down: each node keeps a counter; an
+// acquisition reads the counters of the nodes that granted it, takes their
+// maximum plus one (and at least the largest server clock in microseconds
+// among them), and writes it back to those nodes while it holds them; it
+// succeeds only when a majority stored it. Any two majorities share a node,
+// and that node granted the later holder only after the earlier one's hold
+// there ended, after its fence was stored. docs/safety.md gives the
+// argument and its limits (nodes that restart empty).
+//
+// # Waiting
+//
+// Waiters subscribe (pub/sub, one connection per node per Client, opened on
+// the first wait) to the lock's channel; an Unlock publishes on every node,
+// and waiters retry then, or when the holder's lease would run out, so they
+// do not poll. There is no queue: Redlock is not fair, and a release wakes
+// every waiter of the key (each retries after a small random delay, and one
+// of them takes the lock).
+//
+// Close waits for the requests still in flight to hung nodes, up to their
+// timeouts (about a second at most with ContextTimeoutEnabled clients).
+//
+// Keys: for a lock K and the default prefix, each node has the hash
+// dlock:{K} (owner token -> hold count, plus fence, metadata and grant
+// time), the counter dlock:{K}:fence and the channel dlock:{K}:wake. Do not
+// point a single-node dlock Client with the same prefix at a Redlock node.
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// Defaults of Config.
+const (
+	// MaxNodeTimeout is the default per-node timeout of an acquisition
+	// attempt: a node that has not answered by then counts as failed. The
+	// default is the lease/10, at most MaxNodeTimeout (and at least 2 ms).
+	MaxNodeTimeout = 50 * time.Millisecond
+	// DefaultRetryDelay is the default bound of the random delay before an
+	// attempt that lost a race (no majority for anyone) is retried.
+	DefaultRetryDelay = 50 * time.Millisecond
+)
+
+// Config is what NewWithConfig needs: the nodes and, optionally, the
+// algorithm's timings. The zero values of the timings are the defaults.
+type Config struct {
+	// Nodes are the independent Redis masters, at least one; use an odd
+	// number, typically 5 (a majority of 5 survives 2 failures). Each may
+	// be any go-redis client and stays owned by the caller. Configure them
+	// with ContextTimeoutEnabled: a request to a node that hangs is not
+	// waited for after the per-node timeout, but go-redis only abandons it
+	// at the context's deadline with ContextTimeoutEnabled, else at its
+	// ReadTimeout, and Close waits for it. And with MaxRetries -1 and
+	// DialerRetries 1: Redlock retries whole attempts, and go-redis's own
+	// retries make a dead node cost the whole per-node timeout.
+	Nodes []redis.UniversalClient
+	// NodeTimeout is how long an acquisition attempt waits for each node.
+	// Default: lease/10, between 2 ms and MaxNodeTimeout. It must be well
+	// below the lease, since the time spent waiting is taken off the
+	// validity. Renewals, releases and reads wait max(NodeTimeout,
+	// min(lease/4, 1 s)).
+	NodeTimeout time.Duration
+	// RetryDelay bounds the random delay before retrying an attempt that
+	// got no majority although the lock was not held by anyone else (a race
+	// between contenders), or that could not reach a majority. Default
+	// DefaultRetryDelay. Waiters woken by a release retry after a random
+	// delay of up to RetryDelay/10.
+	RetryDelay time.Duration
+}
+
+// New returns a Client taking Redlock locks on the given independent
+// masters, with the default timings. opts are the usual Client options
+// (dlock.WithPrefix and the rest); every Client sharing locks must use the
+// same nodes, in any order, and the same prefix. The Client's Close stops
+// its watchdog and pub/sub connections; the Redis clients stay open.
+func New(clients []redis.UniversalClient, opts ...dlock.Option) (*dlock.Client, error) {
+	return NewWithConfig(Config{Nodes: clients}, opts...)
+}
+
+// NewWithConfig is New with explicit timings.
+func NewWithConfig(cfg Config, opts ...dlock.Option) (*dlock.Client, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, err := backend.NewClient(func(s backend.Settings) (backend.Backend, error) {
+		return newRedlock(cfg, s), nil
+	}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*dlock.Client), nil
+}
+
+func (cfg *Config) validate() error {
+	if len(cfg.Nodes) == 0 {
+		return fmt.Errorf("%w: redlock needs at least one node", dlock.ErrInvalidOption)
+	}
+	seen := make(map[any]int)
+	for i, n := range cfg.Nodes {
+		if n == nil {
+			return fmt.Errorf("%w: node %d", dlock.ErrNilClient, i)
+		}
+		// Two clients of one server would count its vote twice.
+		id := any(n)
+		if c, ok := n.(*redis.Client); ok && c.Options().Addr != "FailoverClient" {
+			id = c.Options().Addr
+		}
+		if j, dup := seen[id]; dup {
+			return fmt.Errorf("%w: nodes %d and %d are the same server", dlock.ErrInvalidOption, j, i)
+		}
+		seen[id] = i
+	}
+	if cfg.NodeTimeout < 0 || cfg.RetryDelay < 0 {
+		return fmt.Errorf("%w: negative redlock timing", dlock.ErrInvalidTTL)
+	}
+	return nil
+}
+
+// node is one of the independent masters.
+type node struct {
+	rdb  redis.UniversalClient
+	addr string // for error messages
+}
+
+// redlock is the backend.Backend of a Redlock Client.
+type redlock struct {
+	nodes      []node
+	quorum     int
+	prefix     string
+	log        *slog.Logger
+	nodeTO     time.Duration // 0: from the lease
+	retryDelay time.Duration
+	hub        *hub
+
+	mu       sync.Mutex
+	closed   bool
+	done     chan struct{} // closed by Close
+	inflight sync.WaitGroup
+}
+
+func newRedlock(cfg Config, s backend.Settings) *redlock {
+	b := &redlock{
+		quorum:     len(cfg.Nodes)/2 + 1,
+		prefix:     s.Prefix,
+		log:        s.Log,
+		nodeTO:     cfg.NodeTimeout,
+		retryDelay: cfg.RetryDelay,
+		done:       make(chan struct{}),
+	}
+	if b.retryDelay == 0 {
+		b.retryDelay = DefaultRetryDelay
+	}
+	for _, rdb := range cfg.Nodes {
+		b.nodes = append(b.nodes, node{rdb: rdb, addr: nodeAddr(rdb)})
+	}
+	b.hub = newHub(b)
+	return b
+}
+
+func nodeAddr(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", rdb)
+}
+
+// Close stops the pub/sub connections and waits for every request still
+// in flight to a slow node.
+func (b *redlock) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	b.mu.Unlock()
+	b.hub.close()
+	b.inflight.Wait()
+	return nil
+}
+
+// acquireTimeout is the per-node timeout of an acquisition attempt.
+func (b *redlock) acquireTimeout(lease time.Duration) time.Duration {
+	if b.nodeTO > 0 {
+		return b.nodeTO
+	}
+	return min(max(lease/10, 2*time.Millisecond), MaxNodeTimeout)
+}
+
+// opTimeout is the per-node timeout of the other calls.
+func (b *redlock) opTimeout(lease time.Duration) time.Duration {
+	return max(b.acquireTimeout(lease), min(lease/4, time.Second))
+}
+
+// keys are the names one lock uses on every node. As in package dlock, the
+// user's key is the Redis Cluster hash tag of all of them.
+type keys struct {
+	lock    string // hash: owner token -> hold count, ':fence', ':meta', ':at'
+	fence   string // string: the highest fencing token stored on the node
+	channel string // pub/sub: a message when the lock is released
+}
+
+func (b *redlock) keys(key string) keys {
+	base := b.prefix + "{" + key + "}"
+	return keys{lock: base, fence: base + ":fence", channel: base + ":wake"}
+}
+
+// lockData is what a Lease carries for this backend.
+type lockData struct {
+	keys  keys
+	lease time.Duration // the lease at acquisition: sizes the timeouts
+}
+
+func data(l *backend.Lease) *lockData { return l.Data.(*lockData) }
+
+// newToken returns 128 random bits in hex, like dlock's owner tokens.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// drift is the Redlock clock drift margin, the same as dlock's watchdog
+// takes off a lease: lease/100 + 2 ms.
+func drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}
+
+// ms converts a duration to whole milliseconds, rounding up.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// sleep waits d or until ctx or the backend ends; false if they ended.
+func (b *redlock) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-b.done:
+		return false
+	}
+}

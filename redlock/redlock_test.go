@@ -1,0 +1,393 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+func TestLockOnEveryNode(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	ctx := context.Background()
+
+	l := mustLock(t, c, "order:42")
+	// Lock returns once a majority granted it; the others follow.
+	waitUntil(t, time.Second, "the lock on all 5 nodes", func() bool {
+		return len(cl.holders(t, "order:42", l.Token())) == 5
+	})
+	if l.Fence() == 0 {
+		t.Error("Fence() = 0")
+	}
+	stored := 0
+	for _, rdb := range cl.rdbs {
+		if f, _ := rdb.Get(ctx, lockKey("order:42")+":fence").Uint64(); f == l.Fence() {
+			stored++
+		}
+	}
+	if stored < 3 {
+		t.Errorf("fence stored on %d nodes, want a majority", stored)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl < 29*time.Second || ttl > dlock.DefaultTTL {
+		t.Errorf("TTL() = %v, %v; want about %v", ttl, err, dlock.DefaultTTL)
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := l.TTL(ctx); ttl < 59*time.Second {
+		t.Errorf("TTL after Extend(1m) = %v", ttl)
+	}
+
+	// Another Client is refused, and told how the nodes voted.
+	other := cl.locker(t)
+	_, err := other.TryLock(ctx, "order:42")
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock on a held lock = %v, want ErrNotObtained", err)
+	}
+	var re *redlock.Error
+	if !errors.As(err, &re) || re.Granted != 0 || re.Refused != 5 || re.Unreachable != 0 {
+		t.Errorf("votes = %+v, want 0 granted, 5 refused", re)
+	}
+	if !strings.Contains(err.Error(), "5 held elsewhere") {
+		t.Errorf("error %q does not give the votes", err)
+	}
+
+	// Reentrancy through the lock's context.
+	inner, err := c.Lock(l.Context(), "order:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.Fence() != l.Fence() || inner.Token() != l.Token() {
+		t.Error("re-entered lock has another fence or token")
+	}
+	waitUntil(t, time.Second, "a hold count of 2 on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if n, _ := rdb.HGet(ctx, lockKey("order:42"), l.Token()).Int(); n != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("outer lock released by the inner Unlock")
+	}
+
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrReleased) {
+		t.Errorf("cause after Unlock = %v", cause)
+	}
+	waitUntil(t, time.Second, "the lock to be gone from every node", func() bool {
+		return len(cl.holders(t, "order:42", l.Token())) == 0
+	})
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock = %v, want ErrNotHeld", err)
+	}
+	l2, err := other.TryLock(ctx, "order:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Fence() <= l.Fence() {
+		t.Errorf("next fence %d <= %d", l2.Fence(), l.Fence())
+	}
+	_ = l2.Unlock(ctx)
+}
+
+func TestMutualExclusionProcesses(t *testing.T) {
+	cl := startCluster(t, 5)
+	resSrv := startCluster(t, 1) // the protected resource, not a lock node
+	res := resSrv.rdbs[0]
+	ctx := context.Background()
+	const procs, each = 4, 15
+	var cmds []*workerCmd
+	for range procs {
+		cmds = append(cmds, startWorker(t, cl, resSrv.srvs[0].Addr(), each))
+	}
+	for _, w := range cmds {
+		if err := w.Wait(); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}
+	if got, _ := res.Get(ctx, "count").Int(); got != procs*each {
+		t.Errorf("count = %d, want %d", got, procs*each)
+	}
+	if n := res.LLen(ctx, "overlaps").Val(); n != 0 {
+		t.Errorf("%d overlapping critical sections", n)
+	}
+	fences := res.LRange(ctx, "fences", 0, -1).Val()
+	for i := 1; i < len(fences); i++ {
+		a, _ := strconv.ParseUint(fences[i-1], 10, 64)
+		b, _ := strconv.ParseUint(fences[i], 10, 64)
+		if b <= a {
+			t.Errorf("fence %d: %d after %d, want increasing", i, b, a)
+		}
+	}
+}
+
+func TestMutualExclusionTwoNodesDown(t *testing.T) {
+	cl := startCluster(t, 5)
+	ctx := context.Background()
+	cl.srvs[1].Kill(t)
+	cl.srvs[3].Kill(t)
+	const workers, each = 4, 10
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	inside, count := 0, 0
+	var last uint64
+	for range workers {
+		c := cl.locker(t) // a Client per worker, as separate services would have
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				l, err := c.Lock(ctx, "counter", dlock.WithTTL(time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				if inside != 1 {
+					t.Error("two holders at once")
+				}
+				if l.Fence() <= last {
+					t.Errorf("fence %d after %d", l.Fence(), last)
+				}
+				last = l.Fence()
+				count++
+				inside--
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if count != workers*each {
+		t.Errorf("count = %d, want %d", count, workers*each)
+	}
+}
+
+func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
+	cl := startCluster(t, 5)
+	holder, waiter := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	l := mustLock(t, holder, "job") // 30 s lease: a waiter polling would show
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l2, err := waiter.Lock(ctx, "job")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	// The waiter subscribes on the nodes and then sleeps.
+	waitUntil(t, 5*time.Second, "the waiter to subscribe on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			n := rdb.PubSubNumSub(ctx, lockKey("job")+":wake").Val()[lockKey("job")+":wake"]
+			if n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	before := scriptCalls(t, cl.rdbs[0])
+	select {
+	case <-got:
+		t.Fatal("the waiter got a held lock")
+	case <-time.After(300 * time.Millisecond): // an observation window, not synchronization
+	}
+	if n := scriptCalls(t, cl.rdbs[0]) - before; n > 2 {
+		t.Errorf("the waiter ran %d scripts on a node in 300ms while the lock was held: polling", n)
+	}
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var l2 *dlock.Lock
+	select {
+	case l2 = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the released lock")
+	}
+	if d := time.Since(released); d > time.Second {
+		t.Errorf("the waiter took %v to notice the release", d)
+	}
+	if l2 != nil {
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("fence %d after %d", l2.Fence(), l.Fence())
+		}
+		_ = l2.Unlock(ctx)
+	}
+}
+
+// scriptCalls returns how many scripts a node has run.
+func scriptCalls(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info := rdb.Info(context.Background(), "commandstats").Val()
+	total := 0
+	for _, line := range strings.Split(info, "\r\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			_, rest, _ := strings.Cut(line, "calls=")
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			total += n
+		}
+	}
+	return total
+}
+
+func TestFailedAttemptReleasesEverywhere(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	ctx := context.Background()
+	// Two other contenders hold nodes 0-1 and 2: nobody has a majority.
+	for i, tok := range []string{"x", "x", "y"} {
+		cl.rdbs[i].HSet(ctx, lockKey("split"), tok, 1)
+		cl.rdbs[i].PExpire(ctx, lockKey("split"), 10*time.Second)
+	}
+	_, err := c.TryLock(ctx, "split")
+	var re *redlock.Error
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &re) {
+		t.Fatalf("TryLock = %v, want a *redlock.Error wrapping ErrNotObtained", err)
+	}
+	if re.Granted != 2 || re.Refused != 3 {
+		t.Errorf("votes: %d granted, %d refused; want 2, 3", re.Granted, re.Refused)
+	}
+	for _, i := range []int{3, 4} {
+		if cl.rdbs[i].Exists(ctx, lockKey("split")).Val() != 0 {
+			t.Errorf("node %d still holds the failed attempt's lock", i)
+		}
+	}
+	// Lock with a bounded retry gives up with the same kind of error.
+	_, err = c.Lock(ctx, "split", dlock.WithRetry(dlock.FixedRetry(5*time.Millisecond, 3)))
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "gave up after") {
+		t.Errorf("Lock with a bounded retry = %v", err)
+	}
+}
+
+func TestWaitEndsWithContext(t *testing.T) {
+	cl := startCluster(t, 5)
+	holder, waiter := cl.locker(t), cl.locker(t)
+	l := mustLock(t, holder, "busy")
+	defer l.Unlock(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := waiter.Lock(ctx, "busy")
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("Lock until the deadline = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestCloseEndsWaiting(t *testing.T) {
+	cl := startCluster(t, 3)
+	holder := cl.locker(t)
+	waiter, err := redlock.New(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, holder, "busy")
+	defer l.Unlock(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(context.Background(), "busy")
+		errc <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
+		return cl.rdbs[0].PubSubNumSub(context.Background(), lockKey("busy")+":wake").Val()[lockKey("busy")+":wake"] == 1
+	})
+	waiter.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Lock after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the wait")
+	}
+}
+
+func TestFixedLeaseIsLostBeforeTheNodesExpireIt(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	// The margin is the drift, 1% + 2 ms: 17 ms here, for the scheduler
+	// to wake us and for us to ask the nodes.
+	l := mustLock(t, c, "fixed", dlock.WithTTL(1500*time.Millisecond), dlock.WithoutRenewal())
+	<-l.Done()
+	held := make(chan bool, len(cl.rdbs))
+	for _, rdb := range cl.rdbs {
+		go func() { held <- rdb.PTTL(context.Background(), lockKey("fixed")).Val() > 0 }()
+	}
+	n := 0
+	for range cl.rdbs {
+		if <-held {
+			n++
+		}
+	}
+	if n < 3 {
+		t.Errorf("when the holder was told, only %d nodes still held the lock: it was trusted too long", n)
+	}
+	if !errors.Is(context.Cause(l.Context()), dlock.ErrLockLost) {
+		t.Errorf("cause = %v", context.Cause(l.Context()))
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	cl := startCluster(t, 2)
+	if _, err := redlock.New(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], nil}); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("New with a nil node = %v", err)
+	}
+	same := redis.NewClient(&redis.Options{Addr: cl.srvs[0].Addr()})
+	defer same.Close()
+	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], same}); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with one server twice = %v", err)
+	}
+	if _, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: -1}); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Errorf("negative node timeout = %v", err)
+	}
+	if _, err := redlock.New(cl.nodes, dlock.WithPrefix("")); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("empty prefix = %v", err)
+	}
+	c := cl.locker(t)
+	if _, err := c.Lock(context.Background(), "", dlock.WithTTL(time.Second)); !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Errorf("empty key = %v", err)
+	}
+}
+
+func TestWrongTypeKey(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	for _, rdb := range cl.rdbs[:2] {
+		rdb.Set(ctx, lockKey("str"), "not a lock", 0)
+	}
+	_, err := c.TryLock(ctx, "str")
+	if !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryLock on string keys = %v, want ErrWrongType", err)
+	}
+	for _, rdb := range cl.rdbs[:2] {
+		if rdb.Get(ctx, lockKey("str")).Val() != "not a lock" {
+			t.Error("the foreign value was changed")
+		}
+	}
+	if cl.rdbs[2].Exists(ctx, lockKey("str")).Val() != 0 {
+		t.Error("the failed attempt kept its hold on the third node")
+	}
+}

@@ -1,0 +1,356 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// linger keeps a channel subscribed this long after its last waiter
+	// left, so a key waited on again and again costs no SUBSCRIBE and
+	// UNSUBSCRIBE round trips.
+	linger = 5 * time.Second
+	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE call.
+	subscribeTimeout = time.Second
+	// A pub/sub connection that failed is retried after a backoff growing
+	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes).
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// hub tells the goroutines of one Client waiting for locks when a lock was
+// released on some node, so that they retry then instead of polling. Each
+// node has one pub/sub connection, opened on the first wait, and two
+// goroutines: one subscribing and unsubscribing as the set of waited-on
+// channels changes, one reading. A channel is subscribed while it has
+// waiters, and for the linger time after.
+//
+// A waiter must not miss a release that happened after its last attempt.
+// Messages only arrive once a channel is subscribed, so each channel counts
+// the nodes that confirmed its subscription, and waiters are woken (to
+// check again) when that count reaches a majority; any majority of nodes
+// shares one with the majority a holder releases on. A connection that
+// breaks wakes the waiters too, since messages may have been lost.
+type hub struct {
+	b      *redlock
+	ctx    context.Context // cancelled by close: ends calls to a hung node
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	seq    uint64 // the last generation given to a channel
+	chans  map[string]*channel
+	subs   []*nodeSub // one per node; nil until the first wait
+	wg     sync.WaitGroup
+}
+
+// channel is one lock's wake channel and its waiters. Guarded by hub.mu.
+type channel struct {
+	name       string
+	waiters    map[*waiter]struct{}
+	confirmed  []bool // per node: the subscription is in effect
+	nconfirmed int
+	gen        uint64 // changes whenever the waiters are woken
+	idle       *time.Timer
+}
+
+// waiter is one goroutine waiting for a lock.
+type waiter struct {
+	h    *hub
+	c    *channel
+	wake chan struct{} // gets a value when the lock may have been released
+	self string        // guarded by hub.mu: the token of its last attempt
+}
+
+// ignore makes w ignore the release message of its own attempt's token.
+func (w *waiter) ignore(token string) {
+	w.h.mu.Lock()
+	w.self = token
+	w.h.mu.Unlock()
+}
+
+// nodeSub is the pub/sub connection to one node.
+type nodeSub struct {
+	h     *hub
+	i     int
+	ps    *redis.PubSub
+	dirty chan struct{} // the set of channels changed
+	stop  chan struct{}
+	live  bool // guarded by hub.mu: delivered something since it last broke
+}
+
+func newHub(b *redlock) *hub {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &hub{b: b, ctx: ctx, cancel: cancel, chans: make(map[string]*channel)}
+}
+
+// snapshot returns the generation of a channel and whether it is
+// subscribed on a majority, before an attempt: join compares them.
+func (h *hub) snapshot(name string) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[name]
+	if c == nil {
+		return 0, false
+	}
+	return c.gen, c.nconfirmed >= h.b.quorum
+}
+
+// join registers a waiter on a channel after a failed attempt; gen and
+// confirmed are the snapshot taken before the attempts began. If a release
+// may have been missed since, the waiter starts woken. It returns nil once
+// the hub is closed.
+func (h *hub) join(name string, gen uint64, confirmed bool) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	if h.subs == nil {
+		for i, n := range h.b.nodes {
+			s := &nodeSub{
+				h: h, i: i,
+				ps:    n.rdb.Subscribe(context.Background()), // connects on first use
+				dirty: make(chan struct{}, 1),
+				stop:  make(chan struct{}),
+			}
+			h.subs = append(h.subs, s)
+			h.wg.Add(1)
+			go s.control()
+		}
+	}
+	c := h.chans[name]
+	if c == nil {
+		h.seq++
+		c = &channel{name: name, waiters: make(map[*waiter]struct{}), confirmed: make([]bool, len(h.b.nodes)), gen: h.seq}
+		h.chans[name] = c
+		h.markDirty()
+	}
+	if c.idle != nil {
+		c.idle.Stop()
+		c.idle = nil
+	}
+	w := &waiter{h: h, c: c, wake: make(chan struct{}, 1)}
+	c.waiters[w] = struct{}{}
+	atQuorum := c.nconfirmed >= h.b.quorum
+	if (confirmed && c.gen != gen) || (!confirmed && atQuorum) {
+		w.wake <- struct{}{}
+	}
+	return w
+}
+
+// leave unregisters w. The channel stays subscribed for the linger time.
+func (w *waiter) leave() {
+	h, c := w.h, w.c
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(c.waiters, w)
+	if len(c.waiters) > 0 || h.closed {
+		return
+	}
+	c.idle = time.AfterFunc(linger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.closed || h.chans[c.name] != c || len(c.waiters) > 0 {
+			return
+		}
+		delete(h.chans, c.name)
+		h.markDirty()
+	})
+}
+
+// markDirty tells the subscribing goroutines to look at the channels.
+// Called with mu held.
+func (h *hub) markDirty() {
+	for _, s := range h.subs {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeAll wakes the waiters of c, except the one whose own release is
+// the cause (its token is self). Called with mu held.
+func (h *hub) wakeAll(c *channel, self string) {
+	h.seq++
+	c.gen = h.seq
+	for w := range c.waiters {
+		if self != "" && w.self == self {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// confirmed records that node s subscribed a channel.
+func (h *hub) confirmed(s *nodeSub, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.live = true
+	c := h.chans[name]
+	if c == nil || c.confirmed[s.i] {
+		return
+	}
+	c.confirmed[s.i] = true
+	if c.nconfirmed++; c.nconfirmed == h.b.quorum {
+		// Releases before now may have been missed: check again.
+		h.wakeAll(c, "")
+	}
+}
+
+// unsubscribed records that node s dropped a channel.
+func (h *hub) unsubscribed(s *nodeSub, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.chans[name]; c != nil && c.confirmed[s.i] {
+		c.confirmed[s.i] = false
+		c.nconfirmed--
+	}
+}
+
+// message wakes the waiters of a channel: the lock was released on a
+// node by the token in the message.
+func (h *hub) message(s *nodeSub, name, token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.live = true
+	if c := h.chans[name]; c != nil {
+		h.wakeAll(c, token)
+	}
+}
+
+// broken records that node s's connection failed: its subscriptions are
+// void until go-redis reconnects, and messages may have been lost.
+func (h *hub) broken(s *nodeSub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	wasLive := s.live
+	s.live = false
+	for _, c := range h.chans {
+		if c.confirmed[s.i] {
+			c.confirmed[s.i] = false
+			c.nconfirmed--
+		}
+		if wasLive {
+			h.wakeAll(c, "")
+		}
+	}
+}
+
+// close stops every connection and goroutine of the hub.
+func (h *hub) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	for _, c := range h.chans {
+		if c.idle != nil {
+			c.idle.Stop()
+		}
+	}
+	subs := h.subs
+	h.mu.Unlock()
+	h.cancel()
+	for _, s := range subs {
+		close(s.stop)
+		_ = s.ps.Close()
+	}
+	h.wg.Wait()
+}
+
+// control keeps the node's subscriptions equal to the hub's channels.
+func (s *nodeSub) control() {
+	h := s.h
+	defer h.wg.Done()
+	subscribed := make(map[string]*channel)
+	reading := false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.dirty:
+		}
+		var add, drop []string
+		h.mu.Lock()
+		for name, c := range h.chans {
+			// A channel dropped and created again is subscribed again, so
+			// that the new one gets its confirmation.
+			if subscribed[name] != c {
+				add = append(add, name)
+				subscribed[name] = c
+			}
+		}
+		for name := range subscribed {
+			if h.chans[name] == nil {
+				drop = append(drop, name)
+				delete(subscribed, name)
+			}
+		}
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(h.ctx, subscribeTimeout)
+		if len(add) > 0 {
+			// On failure go-redis keeps the channels and subscribes them
+			// when the reader reconnects.
+			if err := s.ps.Subscribe(ctx, add...); err != nil {
+				h.b.log.Debug("redlock: subscribe failed", "node", h.b.nodes[s.i].addr, "error", err)
+			}
+		}
+		if len(drop) > 0 {
+			_ = s.ps.Unsubscribe(ctx, drop...)
+		}
+		cancel()
+		if !reading && len(add) > 0 {
+			reading = true
+			h.wg.Add(1) // this goroutine is counted: Close's Wait cannot be at zero
+			go s.read()
+		}
+	}
+}
+
+// read dispatches the node's pub/sub messages until the hub closes.
+func (s *nodeSub) read() {
+	h := s.h
+	defer h.wg.Done()
+	backoff := minBackoff
+	for {
+		msg, err := s.ps.Receive(h.ctx)
+		if err != nil {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			h.broken(s)
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			switch m.Kind {
+			case "subscribe":
+				h.confirmed(s, m.Channel)
+			case "unsubscribe":
+				h.unsubscribed(s, m.Channel)
+			}
+		case *redis.Message:
+			h.message(s, m.Channel, m.Payload)
+		}
+	}
+}

@@ -1,0 +1,533 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// Replica acknowledgement (WithReplicaAck).
+//
+// Redis replicates asynchronously: a master can grant a lock, die before
+// any replica has the grant, and a promoted replica grants the lock again.
+// With WithReplicaAck, every write that grants or prolongs a lock is
+// followed by WAIT (WAITAOF on servers that have it and run with
+// appendonly), in the same pipelined round trip and so on the same
+// connection: WAIT only covers the writes of the connection it is sent on,
+// so a WAIT sent separately, on whichever pooled connection, would say
+// nothing about the lock's write. On Redis Cluster go-redis would route a
+// keyless WAIT to any master, so the script and its WAIT are pipelined on
+// the connection pool of the master of the lock's slot
+// (ClusterClient.MasterForKey) instead; a write refused with a cluster
+// redirection (MOVED, ASK, TRYAGAIN: it did not run) is sent again after
+// the client reloaded its slot map.
+
+// ErrNotReplicated: fewer replicas than WithReplicaAck asks for acknowledged
+// a lock's grant or extension within its timeout. With FailClosed, Lock and
+// TryLock return it after releasing the lock again, and Extend returns it
+// (the lease is then trusted only as far as the last acknowledged one).
+var ErrNotReplicated = errors.New("dlock: lock write not acknowledged by enough replicas")
+
+// ReplicaPolicy says what a Client does with a lock write that fewer
+// replicas than WithReplicaAck asks for acknowledged in time.
+type ReplicaPolicy int
+
+const (
+	// FailClosed trusts a lock only as far as the replicas have it. An
+	// acquisition that was not acknowledged is released again and Lock or
+	// TryLock returns an error wrapping ErrNotReplicated. An Extend that
+	// was not acknowledged returns such an error, and a renewal that was
+	// not acknowledged counts as failed: the watchdog retries it, and the
+	// lock is lost (its Context cancelled) if the lease that the replicas
+	// have runs out first.
+	FailClosed ReplicaPolicy = iota
+	// AcceptAndReport keeps the write: the lock is granted, extended or
+	// renewed as without WithReplicaAck, and the shortfall is logged as a
+	// warning and passed to the WithReplicaReport callback.
+	AcceptAndReport
+)
+
+// String returns "fail-closed" or "accept-and-report".
+func (p ReplicaPolicy) String() string {
+	switch p {
+	case FailClosed:
+		return "fail-closed"
+	case AcceptAndReport:
+		return "accept-and-report"
+	}
+	return fmt.Sprintf("ReplicaPolicy(%d)", int(p))
+}
+
+// ReplicaReport describes one lock write that fewer replicas than asked
+// acknowledged in time (see WithReplicaReport).
+type ReplicaReport struct {
+	Op     string        // "acquire", "extend", "renew" or "release"
+	Key    string        // the lock's name
+	Token  string        // the holder's token (Lock.Token)
+	Acked  int           // replicas that acknowledged within the timeout
+	Wanted int           // replicas asked for
+	Policy ReplicaPolicy // the Client's policy
+	Err    error         // the WAIT's own error, if it failed
+}
+
+// WithReplicaAck makes the Client wait, after each write that acquires,
+// extends, renews or releases a lock, until replicas replicas acknowledged
+// it or timeout passed (WAIT replicas timeout; WAITAOF 1 replicas timeout
+// where the server has WAITAOF, Redis 7.2+, and runs with appendonly, so
+// that the write is also on disk: its replicas must then run with
+// appendonly too, or they never acknowledge). policy says what happens to
+// a lock the replicas did not acknowledge in time.
+//
+// It narrows, but does not close, the failover gap of asynchronous
+// replication: a replica that acknowledged has the lock, but Sentinel or
+// Cluster may still promote one that did not. See docs/safety.md.
+//
+// Costs: the WAIT travels in the same round trip as the write, so a
+// healthy replica adds its replication delay (well under a millisecond on
+// a LAN) to every acquire, extend, renewal and release; while fewer than
+// replicas replicas are connected each of these waits the whole timeout,
+// and with FailClosed no lock can be taken. timeout must be shorter than
+// the Redis client's ReadTimeout (at most 3/4 of it; go-redis's default
+// is 5 s), since the reply of WAIT is read with that deadline.
+// Releases are waited for and reported too, but never fail: a release the
+// replicas missed can only keep the lock unavailable until its lease ends.
+// The default is off: no waiting.
+//
+// It applies to a Client made by New; a Redlock Client ignores it.
+func WithReplicaAck(replicas int, timeout time.Duration, policy ReplicaPolicy) Option {
+	return func(c *clientConfig) {
+		c.replica.on = true
+		c.replica.replicas = replicas
+		c.replica.timeout = timeout
+		c.replica.policy = policy
+	}
+}
+
+// WithReplicaReport calls fn, synchronously, for every lock write that
+// fewer replicas than WithReplicaAck asks for acknowledged in time,
+// whatever the policy. It is how a caller using AcceptAndReport learns
+// which locks are at risk: match ReplicaReport.Token against Lock.Token.
+// fn must be quick and must not call the Client.
+func WithReplicaReport(fn func(ReplicaReport)) Option {
+	return func(c *clientConfig) { c.replica.report = fn }
+}
+
+// replicaConfig is what WithReplicaAck and WithReplicaReport set.
+type replicaConfig struct {
+	on       bool
+	replicas int
+	timeout  time.Duration
+	policy   ReplicaPolicy
+	report   func(ReplicaReport)
+}
+
+// maxReplicaAckTimeout bounds WithReplicaAck's timeout; the Redis client's
+// ReadTimeout usually bounds it further.
+const maxReplicaAckTimeout = time.Minute
+
+func (r replicaConfig) validate(rdb redis.UniversalClient) error {
+	if !r.on {
+		if r.report != nil {
+			return fmt.Errorf("%w: WithReplicaReport without WithReplicaAck", ErrInvalidOption)
+		}
+		return nil
+	}
+	if r.replicas < 1 {
+		return fmt.Errorf("%w: WithReplicaAck needs at least 1 replica, got %d", ErrInvalidOption, r.replicas)
+	}
+	if r.timeout < time.Millisecond || r.timeout > maxReplicaAckTimeout {
+		return fmt.Errorf("%w: replica ack timeout %v outside [1ms, %v]", ErrInvalidTTL, r.timeout, maxReplicaAckTimeout)
+	}
+	if r.policy != FailClosed && r.policy != AcceptAndReport {
+		return fmt.Errorf("%w: unknown replica policy %d", ErrInvalidOption, int(r.policy))
+	}
+	if rt := readTimeout(rdb); rt > 0 && r.timeout > rt*3/4 {
+		return fmt.Errorf("%w: replica ack timeout %v too close to the Redis client's ReadTimeout %v (at most 3/4 of it)",
+			ErrInvalidOption, r.timeout, rt)
+	}
+	return nil
+}
+
+// readTimeout returns the go-redis client's read deadline (0: none or
+// unknown).
+func readTimeout(rdb redis.UniversalClient) time.Duration {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
+}
+
+// newReplicatedNode is New's backend: a node, with replica acknowledgement
+// if the options ask for it. It reads them by applying opts again to a
+// fresh clientConfig (options only set fields), since backend.Settings
+// carries only what every backend needs.
+func newReplicatedNode(rdb redis.UniversalClient, s backend.Settings, opts []Option) (backend.Backend, error) {
+	var cfg clientConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.replica.validate(rdb); err != nil {
+		return nil, err
+	}
+	n := newNode(rdb, s)
+	if cfg.replica.on {
+		n.ack = &acker{replicaConfig: cfg.replica, log: n.log}
+	}
+	return n, nil
+}
+
+// acker sends the WAITs of one node backend and applies its policy.
+type acker struct {
+	replicaConfig
+	log *slog.Logger
+
+	mu  sync.Mutex
+	aof *bool // use WAITAOF; nil until the server was asked
+}
+
+// ack is what one WAIT (or WAITAOF) said.
+type ack struct {
+	acked int // replicas that acknowledged
+	ok    bool
+	err   error // the WAIT failed (no answer, error reply)
+}
+
+// both combines the acknowledgements of two round trips.
+func (a ack) both(b ack) ack {
+	return ack{acked: min(a.acked, b.acked), ok: a.ok && b.ok, err: errors.Join(a.err, b.err)}
+}
+
+// masterConn is a client whose pipelines run on one connection to the
+// master of the keys sent through it: the node client itself, or on a
+// cluster the client of one master.
+type masterConn interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// useAOF reports whether to send WAITAOF rather than WAIT: the server has
+// it (Redis 7.2+) and the master runs with appendonly. It asks once; an
+// error means WAIT, and asking again next time.
+func (a *acker) useAOF(ctx context.Context, conn masterConn) bool {
+	a.mu.Lock()
+	known := a.aof
+	a.mu.Unlock()
+	if known != nil {
+		return *known
+	}
+	info, err := conn.Do(ctx, "COMMAND", "INFO", "WAITAOF").Slice()
+	if err != nil {
+		return false
+	}
+	yes := false
+	if len(info) == 1 && info[0] != nil {
+		persistence, err := conn.Do(ctx, "INFO", "persistence").Text()
+		if err != nil {
+			return false
+		}
+		yes = strings.Contains(persistence, "aof_enabled:1")
+	}
+	a.mu.Lock()
+	a.aof = &yes
+	a.mu.Unlock()
+	return yes
+}
+
+// appendWait adds WAIT (or WAITAOF) to pipe and returns how to read it once
+// the pipeline ran.
+func (a *acker) appendWait(ctx context.Context, pipe redis.Pipeliner, aof bool) func() ack {
+	// A pipeline reads every reply with the client's ReadTimeout, so the
+	// command's own timeout is not needed (validate keeps it shorter).
+	timeout := a.timeout.Milliseconds()
+	if aof {
+		cmd := pipe.Do(ctx, "WAITAOF", 1, a.replicas, timeout)
+		return func() ack {
+			v, err := cmd.Int64Slice()
+			if err != nil || len(v) != 2 {
+				return ack{err: fmt.Errorf("WAITAOF: %v %w", v, err)}
+			}
+			return ack{acked: int(v[1]), ok: v[0] >= 1 && int(v[1]) >= a.replicas}
+		}
+	}
+	cmd := pipe.Do(ctx, "WAIT", a.replicas, timeout)
+	return func() ack {
+		v, err := cmd.Int64()
+		if err != nil {
+			return ack{err: fmt.Errorf("WAIT: %w", err)}
+		}
+		return ack{acked: int(v), ok: int(v) >= a.replicas}
+	}
+}
+
+// call is one script call to run and acknowledge.
+type call struct {
+	s    *redis.Script
+	keys []string
+	args []any
+
+	cmd *redis.Cmd // its reply, once run
+	ack ack        // what the WAIT after it said
+}
+
+// exec sends calls to conn followed by WAIT, in one pipelined round trip
+// on one connection. Calls refused with NOSCRIPT (they did not run) are
+// sent again with EVAL, followed by another WAIT.
+func (a *acker) exec(ctx context.Context, conn masterConn, calls []*call) {
+	aof := a.useAOF(ctx, conn)
+	todo := calls
+	for try := 0; try < 2 && len(todo) > 0; try++ {
+		pipe := conn.Pipeline()
+		for _, c := range todo {
+			if try == 0 {
+				c.cmd = c.s.EvalSha(ctx, pipe, c.keys, c.args...)
+			} else {
+				c.cmd = c.s.Eval(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		read := a.appendWait(ctx, pipe, aof)
+		_, _ = pipe.Exec(ctx)
+		got := read()
+		var again []*call
+		for _, c := range calls {
+			if try == 0 {
+				c.ack = got
+			} else {
+				// A later write on the master is replicated after the
+				// earlier ones, but the second WAIT may have run on
+				// another connection: count only what both confirm.
+				c.ack = c.ack.both(got)
+			}
+		}
+		for _, c := range todo {
+			if isNoScript(c.cmd.Err()) {
+				again = append(again, c)
+			}
+		}
+		todo = again
+	}
+}
+
+// maxRedirectRetries bounds how often runAcked sends a call again after a
+// cluster redirection.
+const maxRedirectRetries = 4
+
+// runAcked runs each call on the master of its first key and waits for the
+// replicas after it, on the same connection. The calls of one master share
+// one round trip; different masters are reached concurrently.
+func (n *node) runAcked(ctx context.Context, calls []*call) {
+	cc, cluster := n.rdb.(*redis.ClusterClient)
+	todo := calls
+	for attempt := 0; ; attempt++ {
+		groups := make(map[masterConn][]*call)
+		for _, c := range todo {
+			var conn masterConn = n.rdb
+			if cluster {
+				mc, err := cc.MasterForKey(ctx, c.keys[0])
+				if err != nil {
+					c.cmd = redis.NewCmd(ctx)
+					c.cmd.SetErr(err)
+					continue
+				}
+				conn = mc
+			}
+			groups[conn] = append(groups[conn], c)
+		}
+		var wg sync.WaitGroup
+		for conn, cs := range groups {
+			if len(groups) == 1 {
+				n.ack.exec(ctx, conn, cs)
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n.ack.exec(ctx, conn, cs)
+			}()
+		}
+		wg.Wait()
+		if !cluster || attempt == maxRedirectRetries {
+			return
+		}
+		var again []*call
+		for _, c := range todo {
+			if isRedirect(c.cmd.Err()) {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		// The slot moved or is moving: refresh the slot map and retry
+		// the calls that did not run.
+		cc.ReloadState(ctx)
+		t := time.NewTimer(time.Duration(10<<(2*attempt)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		todo = again
+	}
+}
+
+// isRedirect reports a cluster error meaning the command did not run here.
+func isRedirect(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// check applies the policy to one acknowledged write of a held lock: nil
+// if the replicas have it or the policy accepts it, else an error wrapping
+// ErrNotReplicated. A shortfall is logged and reported either way.
+func (a *acker) check(got ack, op, key, token string) error {
+	if !a.short(got, op, key, token) || a.policy == AcceptAndReport {
+		return nil
+	}
+	err := fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, got.acked, a.replicas, a.timeout)
+	if got.err != nil {
+		// Not wrapped: a fail-closed lock must not look like an unreachable
+		// Redis (which WithDegradedMode would answer with a local lock).
+		err = fmt.Errorf("%w (%v)", err, got.err)
+	}
+	return err
+}
+
+// short reports whether got falls short of the replicas asked for, and if
+// so logs and reports it.
+func (a *acker) short(got ack, op, key, token string) bool {
+	if got.ok {
+		return false
+	}
+	a.log.Warn("dlock: lock write not acknowledged by enough replicas",
+		"op", op, "key", key, "acked", got.acked, "wanted", a.replicas, "policy", a.policy.String(), "error", got.err)
+	if a.report != nil {
+		a.report(ReplicaReport{Op: op, Key: key, Token: token, Acked: got.acked, Wanted: a.replicas, Policy: a.policy, Err: got.err})
+	}
+	return true
+}
+
+// tryAcquire runs the acquire script once, followed by WAIT if the Client
+// asks for replica acknowledgement (the WAIT then covers a grant made by
+// this call).
+func (n *node) tryAcquire(ctx context.Context, k lockKeys, args []any) ([]int64, ack, error) {
+	if n.ack == nil {
+		res, err := acquireScript.Run(ctx, n.rdb, k.all(), args...).Int64Slice()
+		return res, ack{ok: true}, err
+	}
+	c := &call{s: acquireScript, keys: k.all(), args: args}
+	n.runAcked(ctx, []*call{c})
+	res, err := c.cmd.Int64Slice()
+	return res, c.ack, err
+}
+
+// taken finishes an acquisition that the acquire script granted itself:
+// with FailClosed, a grant the replicas did not acknowledge is released
+// again.
+func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.Time) (backend.Grant, error) {
+	if a.n.ack != nil {
+		if err := a.n.ack.check(got, "acquire", a.r.Key, a.r.Token); err != nil {
+			a.abandon(ctx)
+			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
+		}
+	}
+	return a.grant(fence, start, a.r.TTL)
+}
+
+// handedOver finishes an acquisition that a release handed over to this
+// waiter. That grant was written by the releasing client, so a WAIT on our
+// connection says nothing about it: with replica acknowledgement, the
+// lease is set again (to the hand-over lease, from now: later than the
+// trusted deadline, which runs from notHeldAt) and that write is waited
+// for. done is false if the lock turned out not to be ours any more (it
+// was force-released meanwhile): the caller checks again.
+func (a *attempt) handedOver(ctx context.Context, fence uint64, notHeldAt time.Time) (g backend.Grant, done bool, err error) {
+	if a.n.ack == nil {
+		g, err = a.grant(fence, notHeldAt, a.grantTTL)
+		return g, true, err
+	}
+	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, ms(a.grantTTL)}}
+	a.n.runAcked(ctx, []*call{c})
+	v, err := c.cmd.Int64()
+	switch {
+	case err != nil:
+		a.abandon(ctx)
+		return backend.Grant{}, true, redisError("lock", a.r.Key, err)
+	case v != 1:
+		return backend.Grant{}, false, nil
+	}
+	if err := a.n.ack.check(c.ack, "acquire", a.r.Key, a.r.Token); err != nil {
+		a.abandon(ctx)
+		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
+	}
+	g, err = a.grant(fence, notHeldAt, a.grantTTL)
+	return g, true, err
+}
+
+// extendAcked is Extend with replica acknowledgement: with FailClosed an
+// extension the replicas did not acknowledge returns Held with an error, so
+// that the lock keeps trusting only its previous lease.
+func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
+	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, ms(ttl)}}
+	n.runAcked(ctx, []*call{c})
+	v, err := c.cmd.Int64()
+	o := outcome(v, err)
+	if o != backend.Held {
+		return o, err
+	}
+	return o, n.ack.check(c.ack, "extend", l.Key, l.Token)
+}
+
+// renewAcked is Renew with replica acknowledgement: with FailClosed a
+// renewal the replicas did not acknowledge is Unknown (retried soon; the
+// lock's deadline stays that of the last acknowledged lease).
+func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+	calls := make([]*call, len(rs))
+	for i, r := range rs {
+		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, ms(r.TTL)}}
+	}
+	n.runAcked(ctx, calls)
+	out := make([]backend.Outcome, len(rs))
+	for i, c := range calls {
+		out[i] = outcome(c.cmd.Int64())
+		if out[i] == backend.Held && n.ack.check(c.ack, "renew", rs[i].Lease.Key, rs[i].Lease.Token) != nil {
+			out[i] = backend.Unknown
+		}
+	}
+	return out
+}
+
+// releaseAcked is Release with replica acknowledgement. A shortfall is
+// reported but not an error: the release happened, and a replica promoted
+// without it only keeps the lock unavailable until its lease runs out.
+func (n *node) releaseAcked(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	c := &call{s: releaseScript, keys: leaseKeys(l).all(), args: []any{l.Token, level}}
+	n.runAcked(ctx, []*call{c})
+	left, err := c.cmd.Int64()
+	if err == nil && left == 0 {
+		n.ack.short(c.ack, "release", l.Key, l.Token)
+	}
+	return left, err
+}

@@ -1,0 +1,352 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// startReplicated starts a master and one replica of it, in sync.
+func startReplicated(t *testing.T) (master, replica *redistest.Server) {
+	t.Helper()
+	master = redistest.Start(t)
+	replica = redistest.Start(t, redistest.WithConfig("replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	waitReplicaAcks(t, master.Client(t))
+	return master, replica
+}
+
+// waitReplicaAcks waits until a write on rdb's master is acknowledged by a
+// replica: after its first sync a replica is streamed writes only once it
+// has sent its first acknowledgement, up to a second later.
+func waitReplicaAcks(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	waitUntil(t, 10*time.Second, "a replica to acknowledge writes", func() bool {
+		pipe := rdb.Pipeline()
+		pipe.Incr(ctx, "replica-ack-probe")
+		wait := pipe.Do(ctx, "WAIT", 1, 50)
+		_, _ = pipe.Exec(ctx)
+		return wait.Val() == int64(1)
+	})
+}
+
+// reportLog collects ReplicaReports.
+type reportLog struct {
+	mu sync.Mutex
+	rs []ReplicaReport
+}
+
+func (r *reportLog) add(rep ReplicaReport) {
+	r.mu.Lock()
+	r.rs = append(r.rs, rep)
+	r.mu.Unlock()
+}
+
+func (r *reportLog) ops(token string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ops []string
+	for _, rep := range r.rs {
+		if rep.Token == token {
+			ops = append(ops, rep.Op)
+		}
+	}
+	return ops
+}
+
+func TestReplicaAck(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb, rr := master.Client(t), replica.Client(t)
+
+	t.Run("AcknowledgedWritesAreOnTheReplica", func(t *testing.T) {
+		c := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+		k := c.keys("acked")
+		l := mustLock(t, c, "acked")
+		// WAIT returned 1: the replica applied the grant already.
+		if n, err := rr.HGet(ctx, k.lock, l.Token()).Int(); err != nil || n != 1 {
+			t.Fatalf("replica hold count right after Lock = %d, %v", n, err)
+		}
+		if err := l.Extend(ctx, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if d := rr.PTTL(ctx, k.lock).Val(); d < 19*time.Second {
+			t.Fatalf("replica lease right after Extend = %v", d)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rr.Exists(ctx, k.lock).Val() != 0 {
+			t.Fatal("replica still has the lock right after Unlock")
+		}
+		// Renewals are acknowledged too.
+		r := mustLock(t, c, "renewed", WithTTL(300*time.Millisecond))
+		waitRenewal(t, rr, c.keys("renewed").lock)
+		waitRenewal(t, rr, c.keys("renewed").lock)
+		if r.Context().Err() != nil {
+			t.Fatal(context.Cause(r.Context()))
+		}
+		_ = r.Unlock(ctx)
+		// Redis 7.0 has no WAITAOF: WAIT was used.
+		if aof := c.be.(*node).ack.aof; aof == nil || *aof {
+			t.Errorf("WAITAOF detection = %v, want false on Redis 7.0", aof)
+		}
+	})
+
+	t.Run("HandOverIsAcknowledged", func(t *testing.T) {
+		c := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+		waiter := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+		l := mustLock(t, c, "handed")
+		got := lockAsync(ctx, waiter, "handed")
+		waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "handed") == 1 })
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if n, err := rr.HGet(ctx, c.keys("handed").lock, r.l.Token()).Int(); err != nil || n != 1 {
+			t.Fatalf("replica hold count right after the hand-over = %d, %v", n, err)
+		}
+		_ = r.l.Unlock(ctx)
+	})
+
+	t.Run("FailClosed", func(t *testing.T) {
+		var reports reportLog
+		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
+		plain := newClientOn(t, rdb)
+		renewed := mustLock(t, c, "renewed", WithTTL(time.Second))
+		fixed := mustLock(t, c, "fixed", WithTTL(2*time.Second), WithoutRenewal())
+		handed := mustLock(t, plain, "handed")
+
+		replica.Pause(t)
+		defer replica.Resume(t)
+
+		// An acquisition the replica did not acknowledge is given back.
+		_, err := c.TryLock(ctx, "fc")
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("TryLock = %v, want ErrNotReplicated", err)
+		}
+		if info, _ := c.Inspect(ctx, "fc"); info.Held || info.Waiters != 0 {
+			t.Fatalf("after a fail-closed acquire: %+v", info)
+		}
+		// So is a hand-over.
+		got := lockAsync(ctx, c, "handed")
+		waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "handed") == 1 })
+		if err := handed.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; !errors.Is(r.err, ErrNotReplicated) {
+			t.Fatalf("Lock by hand-over = %v, want ErrNotReplicated", r.err)
+		}
+		if info, _ := c.Inspect(ctx, "handed"); info.Held {
+			t.Fatalf("a fail-closed hand-over is still held: %+v", info)
+		}
+
+		// An extension the replica did not acknowledge is not trusted: the
+		// lock is lost when the lease the replica has runs out, although
+		// the master would keep it for longer.
+		if err := fixed.Extend(ctx, 20*time.Second); !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Extend = %v, want ErrNotReplicated", err)
+		}
+		if fixed.Context().Err() != nil {
+			t.Fatal("lock lost by a failed extension")
+		}
+		// Renewals likewise.
+		for _, l := range []*Lock{renewed, fixed} {
+			select {
+			case <-l.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%q kept although its lease is not replicated", l.Key())
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+				t.Fatalf("%q: cause = %v", l.Key(), cause)
+			}
+			if d := rdb.PTTL(ctx, c.keys(l.Key()).lock).Val(); d <= 0 {
+				t.Errorf("%q: the master's lease (%v) ran out before the holder gave up", l.Key(), d)
+			}
+		}
+		if ops := reports.ops(renewed.Token()); len(ops) == 0 || ops[0] != "renew" {
+			t.Errorf("reports for the renewed lock: %v", ops)
+		}
+		if ops := reports.ops(fixed.Token()); len(ops) != 1 || ops[0] != "extend" {
+			t.Errorf("reports for the extended lock: %v", ops)
+		}
+	})
+
+	t.Run("AcceptAndReport", func(t *testing.T) {
+		var reports reportLog
+		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport), WithReplicaReport(reports.add))
+		replica.Pause(t)
+		defer replica.Resume(t)
+		l, err := c.TryLock(ctx, "accepted", WithoutRenewal())
+		if err != nil {
+			t.Fatalf("TryLock = %v", err)
+		}
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("Extend = %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock = %v", err)
+		}
+		if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,extend,release" {
+			t.Errorf("reported %q, want acquire,extend,release", ops)
+		}
+		reports.mu.Lock()
+		rep := reports.rs[0]
+		reports.mu.Unlock()
+		if rep.Key != "accepted" || rep.Acked != 0 || rep.Wanted != 1 || rep.Policy != AcceptAndReport {
+			t.Errorf("report = %+v", rep)
+		}
+	})
+
+	t.Run("Options", func(t *testing.T) {
+		for name, opts := range map[string][]Option{
+			"no replicas":        {WithReplicaAck(0, time.Second, FailClosed)},
+			"no timeout":         {WithReplicaAck(1, 0, FailClosed)},
+			"past ReadTimeout":   {WithReplicaAck(1, rdb.Options().ReadTimeout, FailClosed)},
+			"unknown policy":     {WithReplicaAck(1, time.Second, ReplicaPolicy(7))},
+			"report without ack": {WithReplicaReport(func(ReplicaReport) {})},
+		} {
+			if _, err := New(rdb, opts...); !errors.Is(err, ErrInvalidOption) && !errors.Is(err, ErrInvalidTTL) {
+				t.Errorf("%s: New = %v, want an invalid option", name, err)
+			}
+		}
+	})
+}
+
+func TestSentinel(t *testing.T) {
+	ctx := context.Background()
+	g := redistest.StartSentinelGroup(t, 1, 3)
+
+	t.Run("Primitives", func(t *testing.T) {
+		fc := g.FailoverClient(t)
+		c := newClientOn(t, fc, WithQueueTTL(time.Minute))
+		other := newClientOn(t, g.FailoverClient(t), WithQueueTTL(time.Minute))
+		l := mustLock(t, c, "job")
+		if _, err := other.TryLock(ctx, "job"); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryLock = %v", err)
+		}
+		inner, err := c.Lock(l.Context(), "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		_ = inner.Unlock(ctx)
+		got := lockAsync(ctx, other, "job")
+		waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
+			n, _ := fc.PubSubShardNumSub(ctx, c.keys("job").channel).Result()
+			return n[c.keys("job").channel] == 1
+		})
+		released := time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("waiter woke %v after the release", d)
+		}
+		if names, _ := c.List(ctx, ""); len(names) != 1 || names[0] != "job" {
+			t.Errorf("List = %v", names)
+		}
+		_ = r.l.Unlock(ctx)
+	})
+
+	t.Run("Failover", func(t *testing.T) {
+		fc := g.FailoverClient(t)
+		waitReplicaAcks(t, fc)
+		acked := newClientOn(t, fc, WithReplicaAck(1, time.Second, FailClosed))
+		plain := newClientOn(t, g.FailoverClient(t))
+		other := newClientOn(t, g.FailoverClient(t))
+
+		// Before: a lock the replica acknowledged, whose lease outlasts the
+		// failover, and a few fences.
+		survivor := mustLock(t, acked, "survivor", WithTTL(10*time.Second))
+		var maxBefore uint64
+		takeFence := func() {
+			l := mustLock(t, plain, "fenced")
+			maxBefore = max(maxBefore, l.Fence())
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		takeFence()
+
+		// Cut the replica off (paused, its link dropped by the master):
+		// what follows reaches the master alone. A lock, and fences.
+		replica, oldMaster := g.Replicas[0], g.Master
+		replica.Pause(t)
+		defer replica.Resume(t)
+		om := oldMaster.Client(t)
+		if err := om.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+			t.Fatal(err)
+		}
+		unreplicated := mustLock(t, plain, "unreplicated", WithTTL(10*time.Second))
+		for i := 0; i < 3; i++ {
+			takeFence()
+		}
+
+		// The master crashes; Sentinel promotes the replica, which never
+		// got those writes.
+		oldMaster.Kill(t)
+		replica.Resume(t)
+		newAddr := g.WaitForFailover(t, oldMaster.Addr(), 20*time.Second)
+		nm := g.ServerByAddr(newAddr).Client(t)
+		if n, _ := nm.Get(ctx, plain.keys("fenced").fence).Uint64(); n >= maxBefore {
+			t.Fatalf("the promoted replica has fence counter %d >= %d: no write was lost", n, maxBefore)
+		}
+		if nm.Exists(ctx, plain.keys("unreplicated").lock).Val() != 0 {
+			t.Fatal("the promoted replica has the unreplicated lock")
+		}
+
+		// (a) The acknowledged lock survived: the promoted replica has it,
+		// and its holder keeps renewing it there through the failover
+		// client, with its Context never cancelled.
+		waitRenewal(t, nm, acked.keys("survivor").lock)
+		if survivor.Context().Err() != nil {
+			t.Fatalf("acknowledged lock lost: %v", context.Cause(survivor.Context()))
+		}
+		if _, err := other.TryLock(ctx, "survivor"); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryLock of the surviving lock = %v, want ErrNotObtained", err)
+		}
+		// The lock the replica never had is gone, and its holder is told.
+		select {
+		case <-unreplicated.Done():
+			if cause := context.Cause(unreplicated.Context()); !errors.Is(cause, ErrLockLost) {
+				t.Fatalf("cause = %v, want ErrLockLost", cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder of the lost lock was not told")
+		}
+
+		// (b) Fences issued after the failover exceed every fence issued
+		// before it, although the counter lost its last increments.
+		after := mustLock(t, other, "fenced")
+		if after.Fence() <= maxBefore {
+			t.Errorf("fence after the failover %d <= %d before it", after.Fence(), maxBefore)
+		}
+		again := mustLock(t, other, "unreplicated")
+		if again.Fence() <= unreplicated.Fence() {
+			t.Errorf("fence of the re-granted lock %d <= %d of the lost one", again.Fence(), unreplicated.Fence())
+		}
+		for _, l := range []*Lock{after, again, survivor} {
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,77 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sharded subscriptions on Redis Cluster follow their slot.
+//
+// A sharded subscription (SSUBSCRIBE) lives on the master that owns the
+// channel's slot. When the slot moves to another master (resharding, a
+// failover), Redis 7 ends it with a "sunsubscribe" message and go-redis
+// does not subscribe again; a subscription sent with a stale slot map is
+// refused with MOVED. In both cases rebind opens a new connection, chosen
+// from a reloaded slot map, and subscribes there. Meanwhile the waiters
+// were nudged to check the lock again, and they are nudged once more when
+// the new subscription is confirmed (markReady), so no hand-over is missed.
+//
+// A cluster shard carries one channel: go-redis resubscribes all channels
+// of a connection with one SSUBSCRIBE after a reconnection, which Redis
+// refuses (CROSSSLOT) unless they share a slot, and distinct locks almost
+// never do, so grouping channels per node or per slot would save nothing
+// and break reconnection.
+
+// conn returns the shard's current pub/sub connection.
+func (w *wakeups) conn(sh *shard) *redis.PubSub {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return sh.ps
+}
+
+// droppedByServer reports whether a "sunsubscribe" for channel on sh was
+// sent by the server (the slot moved) rather than asked for by us: the
+// channel is still in use through sh, and sh is a cluster shard.
+func (w *wakeups) droppedByServer(sh *shard, channel string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := w.channels[channel]
+	return sh.name != "" && cs != nil && cs.shard == sh
+}
+
+// rebind subscribes a cluster shard's channels again on a new connection to
+// the master that owns their slot now.
+func (w *wakeups) rebind(sh *shard) {
+	cc, ok := w.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	cc.ReloadState(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.shards[sh.name] != sh {
+		return
+	}
+	old := sh.ps
+	sh.ps = cc.Subscribe(ctx)
+	for channel, cs := range w.channels {
+		if cs.shard != sh {
+			continue
+		}
+		var err error
+		if w.sharded != nil && *w.sharded {
+			err = sh.ps.SSubscribe(ctx, channel)
+		} else {
+			err = sh.ps.Subscribe(ctx, channel)
+		}
+		if err != nil {
+			// The next Receive fails too and brings us back here.
+			break
+		}
+	}
+	_ = old.Close()
+}
