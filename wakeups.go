@@ -43,7 +43,17 @@ type channelSubs struct {
 	ready   chan struct{}      // closed when the server confirmed the subscription
 	isReady bool
 	idle    *time.Timer // pending unsubscribe after the last waiter left
+
+	// early holds hand-overs to tokens that had no waiter yet: a waiter
+	// registers after its check joined the queue, and on a channel that is
+	// still subscribed the hand-over can arrive in between.
+	early      map[string]uint64
+	earlyOrder []string // oldest first, to bound early
 }
+
+// maxEarly bounds the hand-overs a channel remembers for waiters yet to
+// register. Only the few made since a waiter joined the queue matter.
+const maxEarly = 64
 
 // waiter is one goroutine waiting for the lock on one channel.
 type waiter struct {
@@ -110,6 +120,10 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string) (*waiter
 		ready:   cs.ready,
 	}
 	cs.waiters[token] = wt
+	if fence, ok := cs.early[token]; ok {
+		delete(cs.early, token)
+		wt.granted <- fence
+	}
 	return wt, nil
 }
 
@@ -275,14 +289,26 @@ func (w *wakeups) dispatch(channel, payload string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.channels[channel]; cs != nil {
-		if wt := cs.waiters[token]; wt != nil {
-			select {
-			case wt.granted <- fence:
-			default:
-			}
-		}
+	cs := w.channels[channel]
+	if cs == nil {
+		return
 	}
+	if wt := cs.waiters[token]; wt != nil {
+		select {
+		case wt.granted <- fence:
+		default:
+		}
+		return
+	}
+	if cs.early == nil {
+		cs.early = make(map[string]uint64)
+	}
+	if len(cs.earlyOrder) == maxEarly {
+		delete(cs.early, cs.earlyOrder[0])
+		cs.earlyOrder = cs.earlyOrder[1:]
+	}
+	cs.early[token] = fence
+	cs.earlyOrder = append(cs.earlyOrder, token)
 }
 
 func (w *wakeups) nudgeAll(sh *shard) {
