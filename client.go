@@ -22,6 +22,8 @@ type Client struct {
 	cfg    clientConfig
 	log    *slog.Logger
 	holder string // holder metadata JSON without the closing brace
+	// holderJSON is holder + "}": the metadata of a lock without WithMetadata.
+	holderJSON string
 
 	dog *watchdog
 	ext clientExt // observer, local queue, degraded mode (hooks.go)
@@ -77,6 +79,7 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 		closed: make(chan struct{}),
 		ext:    ext,
 	}
+	c.holderJSON = c.holder + "}"
 	c.dog = newWatchdog(c)
 	return c, nil
 }

@@ -213,9 +213,10 @@ func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		ch := other.wakeChannel(key)
 		waitUntil(t, 5*time.Second, "the waiter to queue and subscribe on the lock's master", func() bool {
-			subs, _ := node.PubSubShardNumSub(ctx, k.channel).Result()
-			return cc.ZCard(ctx, k.queue).Val() == 1 && subs[k.channel] == 1
+			subs, _ := node.PubSubShardNumSub(ctx, ch).Result()
+			return cc.ZCard(ctx, k.queue).Val() == 1 && subs[ch] == 1
 		})
 		released := time.Now()
 		if err := l.Unlock(ctx); err != nil {
@@ -417,12 +418,61 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 			t.Fatal(err)
 		}
 	}
+
+	// The release of a grant that failed closed goes to the lock's master
+	// like the grant. A fresh ClusterClient that nothing has been routed
+	// through yet would first ask a random node for COMMAND, ignoring the
+	// context, and hang if that node is the stalled replica: here every
+	// node's COMMAND hangs, and the lock must still be released at once.
+	hang := make(chan struct{})
+	defer close(hang)
+	fresh := cl.Client(t)
+	fresh.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(hangCommandHook{hang}) })
+	fc := newClientOn(t, fresh, WithReplicaAck(1, 300*time.Millisecond, FailClosed))
+	key := byMaster[stalled][1]
+	got := make(chan error, 1)
+	go func() {
+		l, err := fc.TryLock(ctx, key)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("%q on the stalled master, fresh ClusterClient: TryLock = %v, want ErrNotReplicated", key, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%q: TryLock on the stalled master stuck behind the ClusterClient's COMMAND lookup", key)
+	}
+	if info, _ := c.Inspect(ctx, key); info.Held {
+		t.Fatalf("%q: a grant that failed closed on a fresh ClusterClient is still held", key)
+	}
 	replicaOf[stalled].Resume(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(reports) != 1 || reports[0].Op != "acquire" || reports[0].Acked != 0 || reports[0].Wanted != 1 {
 		t.Errorf("reports = %+v, want one acquire with 0 of 1 acknowledgements", reports)
 	}
+}
+
+// hangCommandHook makes a bare COMMAND (go-redis's lookup of command
+// information) hang until hang is closed, as it does on a node that stopped
+// answering.
+type hangCommandHook struct{ hang <-chan struct{} }
+
+func (h hangCommandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h hangCommandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "command" && len(cmd.Args()) == 1 {
+			<-h.hang
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h hangCommandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // migrateSlot moves slot from the master at src to the one at dst by hand,
@@ -513,9 +563,10 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	}
 	srcNode := redis.NewClient(&redis.Options{Addr: src})
 	defer srcNode.Close()
+	ch := waiting.wakeChannel(key)
 	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
-		subs, _ := srcNode.PubSubShardNumSub(ctx, k.channel).Result()
-		return cc.ZCard(ctx, k.queue).Val() == 1 && subs[k.channel] == 1
+		subs, _ := srcNode.PubSubShardNumSub(ctx, ch).Result()
+		return cc.ZCard(ctx, k.queue).Val() == 1 && subs[ch] == 1
 	})
 	var dst string
 	for _, a := range cl.Addrs() {
@@ -535,6 +586,13 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 		if _, err := l.TTL(ctx); err != nil {
 			t.Errorf("TTL during the migration: %v", err)
 		}
+		// So do the writes of the lock whose writes wait for a replica,
+		// sent on the connection of a master of their own choosing: they
+		// must follow ASK too, or the lock cannot be renewed until the
+		// migration ends.
+		if err := acked.Extend(ctx, 900*time.Millisecond); err != nil {
+			t.Errorf("Extend of the acknowledged lock during the migration: %v", err)
+		}
 		if l3, err := third.TryLock(ctx, key); err == nil {
 			_ = l3.Unlock(ctx)
 			t.Error("lock taken by another client during the migration")
@@ -546,6 +604,12 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	dstNode := redis.NewClient(&redis.Options{Addr: dst})
 	defer dstNode.Close()
 	if n := dstNode.Exists(ctx, k.lock, k.fence, k.queue, k.waiters, rk.lock).Val(); n != 5 {
+		for _, kk := range []string{k.lock, k.fence, k.queue, k.waiters, rk.lock} {
+			t.Logf("%s: dst %d src %d", kk, dstNode.Exists(ctx, kk).Val(), srcNode.Exists(ctx, kk).Val())
+		}
+		for _, h := range []*Lock{l, renewed, acked} {
+			t.Logf("%s: %v", h.Key(), context.Cause(h.Context()))
+		}
 		t.Fatalf("%d of the 5 keys of the slot on the new master", n)
 	}
 	for i := 0; i < 3; i++ {
@@ -568,8 +632,8 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	// left it; dlock subscribed again on dst, so the release wakes the
 	// waiter at once.
 	waitUntil(t, 5*time.Second, "the waiter's subscription on the new master", func() bool {
-		subs, _ := dstNode.PubSubShardNumSub(ctx, k.channel).Result()
-		return subs[k.channel] == 1
+		subs, _ := dstNode.PubSubShardNumSub(ctx, ch).Result()
+		return subs[ch] == 1
 	})
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {

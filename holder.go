@@ -26,7 +26,7 @@ func holderPrefix(name string) string {
 // metadata returns the holder JSON for one acquisition.
 func (c *Client) metadata(data string) string {
 	if data == "" {
-		return c.holder + "}"
+		return c.holderJSON
 	}
 	q, _ := json.Marshal(data)
 	return c.holder + `,"data":` + string(q) + "}"

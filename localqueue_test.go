@@ -21,9 +21,11 @@ func localWaiting(c *Client, key string) int {
 }
 
 func TestLocalQueueKeepsOneWaiterInRedis(t *testing.T) {
-	// A short queue TTL (frequent refreshes) keeps a missed wake-up short.
-	c, rdb, _ := newTestClient(t, WithLocalQueue(), WithQueueTTL(90*time.Millisecond))
-	other := newClientOn(t, rdb, WithQueueTTL(90*time.Millisecond)) // another process, without a local queue
+	// A short queue TTL (frequent refreshes) keeps a missed wake-up short;
+	// not too short, or a refresh delayed on a loaded machine lets a
+	// waiter's entry expire and the waiter lose its turn.
+	c, rdb, _ := newTestClient(t, WithLocalQueue(), WithQueueTTL(time.Second))
+	other := newClientOn(t, rdb, WithQueueTTL(time.Second)) // another process, without a local queue
 	ctx := context.Background()
 	l := mustLock(t, c, "fifo")
 	const n = 5
@@ -199,7 +201,10 @@ func TestLocalQueueMutualExclusion(t *testing.T) {
 	var inside, overlaps, total atomic.Int32
 	var wg sync.WaitGroup
 	for range 2 { // two processes...
-		c := newClientOn(t, srv.Client(t), WithLocalQueue(), WithQueueTTL(90*time.Millisecond))
+		// A lock handed over starts with a lease of the queue TTL, counted
+		// from the waiter's last check: a short one is lost if the first
+		// renewal is slow.
+		c := newClientOn(t, srv.Client(t), WithLocalQueue(), WithQueueTTL(time.Second))
 		for range 4 { // ...of four goroutines each
 			wg.Add(1)
 			go func() {

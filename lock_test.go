@@ -5,8 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestLockAndUnlock(t *testing.T) {
@@ -67,25 +70,55 @@ func TestMillisecondLeases(t *testing.T) {
 func TestFixedLeaseIsLostBeforeRedisExpiresIt(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
+	const lease = 300 * time.Millisecond
 	start := time.Now()
-	l := mustLock(t, c, "fixed", WithTTL(300*time.Millisecond), WithoutRenewal())
-	<-l.Done()
-	lostAfter := time.Since(start)
-	// Lost locally first: Redis still has the key when the holder is told.
-	if rdb.Exists(ctx, c.keys("fixed").lock).Val() != 1 {
-		t.Error("key already gone when the holder learned of the loss")
+	l := mustLock(t, c, "fixed", WithTTL(lease), WithoutRenewal())
+	granted := time.Now()
+	k := c.keys("fixed")
+	// Lost locally first: the holder trusts the lease until an instant
+	// before Redis expires the key. Both instants are compared on the
+	// clock Redis and the test share (Redis's TIME plus the PTTL at that
+	// moment, read together), so that no scheduling delay of the test
+	// enters the comparison.
+	var now *redis.TimeCmd
+	var pttl *redis.DurationCmd
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		pttl = p.PTTL(ctx, k.lock)
+		return nil
+	}); err != nil || pttl.Val() <= 0 {
+		t.Fatalf("PTTL right after the grant = %v, %v", pttl.Val(), err)
 	}
+	expiry := now.Val().Add(pttl.Val())
+	deadline := c.dog.deadline(l.h)
+	// The margin is the drift at least; Redis's milliseconds round off up
+	// to 2 ms.
+	if margin := expiry.Sub(deadline); margin < drift(lease)-2*time.Millisecond {
+		t.Errorf("trusted until %v before Redis expires the key, want at least the drift margin (%v)", margin, drift(lease))
+	}
+	if from, to := deadline.Sub(start), deadline.Sub(granted); from < lease-drift(lease) || to > lease {
+		t.Errorf("trusted until %v after Lock began (%v after it returned), want the %v lease less the drift margin", from, to, lease)
+	}
+	// Redis keeps the key a while longer than the holder (the drift margin,
+	// plus, here, whatever time the test's machine needs to wake it up),
+	// so that the rest does not depend on how fast the test runs.
+	if err := rdb.PExpire(ctx, k.lock, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	lostAt := time.Now()
 	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l.Context()))
 	}
-	if lostAfter < 280*time.Millisecond || lostAfter > 300*time.Millisecond {
-		t.Errorf("lost after %v, want within the 300ms lease less the drift margin", lostAfter)
+	// At the deadline: not before, and not a renewal period or more late.
+	if late := lostAt.Sub(deadline); late < 0 || late > lease/3 {
+		t.Errorf("lost %v after the deadline", late)
 	}
 	// Redis still had it, so Unlock still removes it (nobody else held it).
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock after local loss = %v", err)
 	}
-	if rdb.Exists(ctx, c.keys("fixed").lock).Val() != 0 {
+	if rdb.Exists(ctx, k.lock).Val() != 0 {
 		t.Error("Unlock left the key")
 	}
 }
@@ -235,8 +268,9 @@ func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
 	}()
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
 	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
-		n, _ := rdb.PubSubShardNumSub(ctx, c1.keys("wake").channel).Result()
-		return n[c1.keys("wake").channel] == 1
+		ch := c1.keys("wake").channel + ":" + c2.be.(*node).id
+		n, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
+		return n[ch] == 1
 	})
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {
@@ -314,13 +348,18 @@ func TestCancelledWaiterTakesNothing(t *testing.T) {
 }
 
 func TestDeadWaiterIsSkipped(t *testing.T) {
-	c, rdb, _ := newTestClient(t, WithQueueTTL(60*time.Millisecond))
+	// The live waiter keeps the default queue TTL (3 s, refreshed every
+	// second): a short one would let a slow refresh drop its entry too.
+	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	l := mustLock(t, c, "dead")
 	k := c.keys("dead")
-	// A waiter that queued and then died: it never refreshes its entry.
+	// A waiter that queued and then died: it never refreshes its entry,
+	// which is good for deadTTL. Until the live waiter queues behind it,
+	// the queue's keys expire with it too, so deadTTL leaves it time to.
+	const deadTTL = 500 // ms
 	dead := newToken()
-	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", 60, 60).Result(); err != nil {
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", deadTTL, deadTTL).Result(); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *Lock, 1)
@@ -333,8 +372,12 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	}()
 	waitUntil(t, 5*time.Second, "the live waiter to queue", func() bool { return queued(t, rdb, c, "dead") == 2 })
 	waitUntil(t, 5*time.Second, "the dead entry to expire", func() bool {
-		e, _ := rdb.HGet(ctx, k.waiters, dead).Result()
-		d, _ := strconv.ParseInt(e[:13], 10, 64)
+		e, err := rdb.HGet(ctx, k.waiters, dead).Result()
+		deadline, _, ok := strings.Cut(e, " ")
+		if err != nil || !ok {
+			t.Fatalf("the dead waiter's entry is gone before its hand-over was due: %q, %v", e, err)
+		}
+		d, _ := strconv.ParseInt(deadline, 10, 64)
 		return time.Now().UnixMilli() > d+5
 	})
 	if err := l.Unlock(ctx); err != nil {
@@ -398,12 +441,15 @@ func TestDo(t *testing.T) {
 func TestWatchdogRenewsUntilUnlock(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
-	l := mustLock(t, c, "renewed", WithTTL(150*time.Millisecond))
-	// Time is the subject here: hold for several leases.
+	// Time is the subject here: hold for several leases. The lease is lost
+	// if no renewal gets through for most of it, so it must outlast the
+	// scheduling delays of a loaded machine running the race detector.
+	const ttl = 500 * time.Millisecond
+	l := mustLock(t, c, "renewed", WithTTL(ttl))
 	select {
 	case <-l.Done():
 		t.Fatalf("lock lost while renewed: %v", context.Cause(l.Context()))
-	case <-time.After(600 * time.Millisecond):
+	case <-time.After(4 * ttl):
 	}
 	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 		t.Fatalf("TTL = %v, %v", ttl, err)
@@ -418,15 +464,19 @@ func TestWatchdogRenewsUntilUnlock(t *testing.T) {
 
 func TestMaxHoldStopsRenewal(t *testing.T) {
 	c, _, _ := newTestClient(t)
+	// Time is the subject: renewals every 100 ms keep the lock for the max
+	// hold, then it runs out within a lease. The lease is long enough that
+	// a renewal delayed on a loaded machine does not lose it early.
+	const lease, maxHold = 300 * time.Millisecond, 600 * time.Millisecond
 	start := time.Now()
-	l := mustLock(t, c, "bounded", WithTTL(100*time.Millisecond), WithMaxHold(250*time.Millisecond))
+	l := mustLock(t, c, "bounded", WithTTL(lease), WithMaxHold(maxHold))
 	<-l.Done()
 	held := time.Since(start)
 	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
 		t.Errorf("cause = %v", context.Cause(l.Context()))
 	}
-	if held < 250*time.Millisecond || held > 450*time.Millisecond {
-		t.Errorf("held %v, want max hold (250ms) plus at most one lease", held)
+	if held < maxHold || held > maxHold+lease+lease/2 {
+		t.Errorf("held %v, want max hold (%v) plus at most one lease (%v)", held, maxHold, lease)
 	}
 }
 

@@ -148,4 +148,7 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // keys returns the Redis names of a lock of the Client's node backend.
-func (c *Client) keys(key string) lockKeys { return c.be.(*node).keys(key) }
+func (c *Client) keys(key string) *lockKeys { return c.be.(*node).keys(key) }
+
+// wakeChannel is the channel a waiter of this Client listens on for key.
+func (c *Client) wakeChannel(key string) string { return c.keys(key).channel + ":" + c.be.(*node).id }

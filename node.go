@@ -21,13 +21,18 @@ type node struct {
 	wake     *wakeups
 	closed   chan struct{} // closed by Close: waiters give up
 	ack      *acker        // nil unless WithReplicaAck (replication.go)
+	batch    *batcher      // sends concurrent acquires and releases together (batch.go)
+	// id names this node's hand-over channels: a waiter's queue entry
+	// records it, so a release wakes only the Client the next waiter is in.
+	id string
 }
 
 func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
-	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb), closed: make(chan struct{})}
+	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb), closed: make(chan struct{}),
+		batch: newBatcher(rdb), id: newToken()[:16]}
 }
 
-func leaseKeys(l *backend.Lease) lockKeys { return l.Data.(lockKeys) }
+func leaseKeys(l *backend.Lease) *lockKeys { return l.Data.(*lockKeys) }
 
 // Renew resets all the leases in one pipelined round trip.
 func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
@@ -97,7 +102,7 @@ func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64,
 	if n.ack != nil {
 		return n.releaseAcked(ctx, l, level)
 	}
-	return releaseScript.Run(ctx, n.rdb, leaseKeys(l).all(), l.Token, level).Int64()
+	return n.batch.run(ctx, releaseEval, leaseKeys(l).args[:], &l.Token, level).Int64()
 }
 
 // Reenter adds a hold.

@@ -26,8 +26,12 @@ func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, e
 type attempt struct {
 	n        *node
 	r        backend.Request
-	keys     lockKeys
+	keys     *lockKeys
 	grantTTL time.Duration
+
+	// The script arguments, passed by pointer (no allocation per call).
+	ttlMS, queueMS, grantMS int64
+	args                    [7]any
 }
 
 func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration) (backend.Grant, error) {
@@ -40,7 +44,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	if a.r.Wait {
 		join = "1"
 	}
-	args := []any{a.r.Token, ms(a.r.TTL), a.r.Meta, join, ms(a.n.queueTTL), ms(a.grantTTL)}
+	a.ttlMS, a.queueMS, a.grantMS = ms(a.r.TTL), ms(a.n.queueTTL), ms(a.grantTTL)
+	a.args = [7]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id}
+	args := a.args[:]
 	// notHeldAt is the start of the last check that found the lock held by
 	// another: a hand-over to us happened after it, so a lease granted by
 	// hand-over is measured from there.
@@ -52,9 +58,13 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 	}()
 	refresh := min(a.n.queueTTL, a.r.TTL) / 3
-	// Since Go 1.23 Reset discards a stale tick: no draining needed.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	// Made on the first wait; since Go 1.23 Reset discards a stale tick.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for check := 1; ; check++ {
 		start := time.Now()
 		if notHeldAt.IsZero() {
@@ -95,7 +105,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			delay = min(delay, pttl+time.Millisecond)
 		}
 		if wt == nil {
-			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel, a.r.Token); err != nil {
+			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel+":"+a.n.id, a.r.Token); err != nil {
 				wt = nil // wait by the timer alone
 				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "error", err)
 			}
@@ -112,7 +122,11 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 				ready = wt.ready
 			}
 		}
-		timer.Reset(delay)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
 		select {
 		case fence := <-granted:
 			if g, done, err := a.handedOver(ctx, fence, notHeldAt); done {
@@ -133,10 +147,28 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 
 // abandon leaves the queue, releasing the lock if it was handed to us after
 // all: a waiter that gives up takes nothing.
+//
+// With replica acknowledgement the release goes, like the grant, straight
+// to the master of the lock's slot (runOnMasters, without a WAIT). Sent
+// through a ClusterClient's own routing instead, it could be the first
+// command that routing handles, since every acknowledged write bypasses it;
+// go-redis then first reads COMMAND from a random node, replicas included,
+// ignoring ctx. A grant fails closed exactly when a replica stopped
+// answering; had that replica been picked, the release would have waited
+// out releaseTimeout without being sent, and the lock would have stayed
+// held for its whole lease.
 func (a *attempt) abandon(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := releaseScript.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, 1).Err(); err != nil {
+	var err error
+	if a.n.ack != nil {
+		c := &call{s: releaseScript, keys: a.keys.all(), args: []any{a.r.Token, 1}}
+		a.n.runOnMasters(rctx, []*call{c}, false)
+		err = c.cmd.Err()
+	} else {
+		err = releaseScript.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, 1).Err()
+	}
+	if err != nil {
 		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "error", err)
 	}
 }

@@ -21,7 +21,7 @@ const statsTTL = 7 * 24 * time.Hour
 
 var _ backend.HoldRecorder = (*node)(nil)
 
-func statsKey(k lockKeys) string { return k.lock + ":stats" }
+func statsKey(k *lockKeys) string { return k.lock + ":stats" }
 
 // HoldStats reads the key's statistics in one round trip.
 func (n *node) HoldStats(ctx context.Context, key string) (backend.HoldStats, error) {

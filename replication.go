@@ -27,8 +27,10 @@ import (
 // keyless WAIT to any master, so the script and its WAIT are pipelined on
 // the connection pool of the master of the lock's slot
 // (ClusterClient.MasterForKey) instead; a write refused with a cluster
-// redirection (MOVED, ASK, TRYAGAIN: it did not run) is sent again after
-// the client reloaded its slot map.
+// redirection (MOVED, ASK, TRYAGAIN: it did not run) is sent again: at
+// once to the master that MOVED or ASK names (after ASKING for ASK: during
+// a slot migration the keys that moved are on the importing master, which
+// serves them only so), else after the client reloaded its slot map.
 
 // ErrNotReplicated: fewer replicas than WithReplicaAck asks for acknowledged
 // a lock's grant or extension within its timeout. With FailClosed, Lock and
@@ -281,24 +283,33 @@ type call struct {
 
 	cmd *redis.Cmd // its reply, once run
 	ack ack        // what the WAIT after it said
+
+	to     masterConn // where a redirection sent it; nil: its key's master
+	asking bool       // precede it with ASKING (an ASK redirection)
 }
 
-// exec sends calls to conn followed by WAIT, in one pipelined round trip
-// on one connection. Calls refused with NOSCRIPT (they did not run) are
-// sent again with EVAL, followed by another WAIT.
-func (a *acker) exec(ctx context.Context, conn masterConn, calls []*call) {
-	aof := a.useAOF(ctx, conn)
+// exec sends calls to conn followed by WAIT (if wait), in one pipelined
+// round trip on one connection. Calls refused with NOSCRIPT (they did not
+// run) are sent again with EVAL, followed by another WAIT.
+func (a *acker) exec(ctx context.Context, conn masterConn, calls []*call, wait bool) {
+	aof := wait && a.useAOF(ctx, conn)
 	todo := calls
 	for try := 0; try < 2 && len(todo) > 0; try++ {
 		pipe := conn.Pipeline()
 		for _, c := range todo {
+			if c.asking {
+				pipe.Do(ctx, "asking")
+			}
 			if try == 0 {
 				c.cmd = c.s.EvalSha(ctx, pipe, c.keys, c.args...)
 			} else {
 				c.cmd = c.s.Eval(ctx, pipe, c.keys, c.args...)
 			}
 		}
-		read := a.appendWait(ctx, pipe, aof)
+		read := func() ack { return ack{ok: true} }
+		if wait {
+			read = a.appendWait(ctx, pipe, aof)
+		}
 		_, _ = pipe.Exec(ctx)
 		got := read()
 		var again []*call
@@ -328,14 +339,21 @@ const maxRedirectRetries = 4
 // runAcked runs each call on the master of its first key and waits for the
 // replicas after it, on the same connection. The calls of one master share
 // one round trip; different masters are reached concurrently.
-func (n *node) runAcked(ctx context.Context, calls []*call) {
+func (n *node) runAcked(ctx context.Context, calls []*call) { n.runOnMasters(ctx, calls, true) }
+
+// runOnMasters is runAcked, with the WAIT only if wait. On a ClusterClient
+// the calls go to the masters' own clients (MasterForKey), never through
+// the ClusterClient's command routing: see attempt.abandon.
+func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 	cc, cluster := n.rdb.(*redis.ClusterClient)
 	todo := calls
 	for attempt := 0; ; attempt++ {
 		groups := make(map[masterConn][]*call)
 		for _, c := range todo {
 			var conn masterConn = n.rdb
-			if cluster {
+			if c.to != nil {
+				conn = c.to
+			} else if cluster {
 				mc, err := cc.MasterForKey(ctx, c.keys[0])
 				if err != nil {
 					c.cmd = redis.NewCmd(ctx)
@@ -349,13 +367,13 @@ func (n *node) runAcked(ctx context.Context, calls []*call) {
 		var wg sync.WaitGroup
 		for conn, cs := range groups {
 			if len(groups) == 1 {
-				n.ack.exec(ctx, conn, cs)
+				n.ack.exec(ctx, conn, cs, wait)
 				break
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n.ack.exec(ctx, conn, cs)
+				n.ack.exec(ctx, conn, cs, wait)
 			}()
 		}
 		wg.Wait()
@@ -363,26 +381,72 @@ func (n *node) runAcked(ctx context.Context, calls []*call) {
 			return
 		}
 		var again []*call
+		followed := true // every call goes where a redirection named
+		masters := make(map[string]*redis.Client)
 		for _, c := range todo {
-			if isRedirect(c.cmd.Err()) {
-				again = append(again, c)
+			err := c.cmd.Err()
+			if !isRedirect(err) {
+				continue
 			}
+			again = append(again, c)
+			c.to, c.asking = nil, false
+			if addr, ask, ok := redirectTarget(err); ok {
+				mc, seen := masters[addr]
+				if !seen {
+					mc = masterAt(ctx, cc, addr)
+					masters[addr] = mc
+				}
+				if mc != nil {
+					c.to, c.asking = mc, ask
+					continue
+				}
+			}
+			followed = false
 		}
 		if len(again) == 0 {
 			return
 		}
-		// The slot moved or is moving: refresh the slot map and retry
-		// the calls that did not run.
-		cc.ReloadState(ctx)
-		t := time.NewTimer(time.Duration(10<<(2*attempt)) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+		// The slot moved or is moving: retry the calls that did not run,
+		// at once where MOVED or ASK named the master to ask (masterAt
+		// reloaded the slot map), else after refreshing the slot map.
+		if !followed {
+			cc.ReloadState(ctx)
+			t := time.NewTimer(time.Duration(10<<(2*attempt)) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 		todo = again
 	}
+}
+
+// redirectTarget returns the address a MOVED or ASK error names ("MOVED
+// 3999 127.0.0.1:6381"), and whether it is an ASK.
+func redirectTarget(err error) (addr string, ask bool, ok bool) {
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return "", false, false
+	}
+	return f[2], f[0] == "ASK", true
+}
+
+// masterAt returns the client of the master at addr (reloading the slot
+// map), or nil if the ClusterClient knows no such master.
+func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.Client {
+	var mu sync.Mutex
+	var found *redis.Client
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	return found
 }
 
 // isRedirect reports a cluster error meaning the command did not run here.
@@ -432,9 +496,9 @@ func (a *acker) short(got ack, op, key, token string) bool {
 // tryAcquire runs the acquire script once, followed by WAIT if the Client
 // asks for replica acknowledgement (the WAIT then covers a grant made by
 // this call).
-func (n *node) tryAcquire(ctx context.Context, k lockKeys, args []any) ([]int64, ack, error) {
+func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any) ([]int64, ack, error) {
 	if n.ack == nil {
-		res, err := acquireScript.Run(ctx, n.rdb, k.all(), args...).Int64Slice()
+		res, err := n.batch.run(ctx, acquireEval, k.args[:], args...).Int64Slice()
 		return res, ack{ok: true}, err
 	}
 	c := &call{s: acquireScript, keys: k.all(), args: args}

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"embed"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,58 @@ var (
 	reenterScript      = loadScript("reenter", false)
 	ttlScript          = loadScript("ttl", false)
 )
+
+// evalCall is a script sent as EVALSHA with arguments built by hand: its
+// digest, keys and string arguments are passed by pointer, so a command
+// allocates its argument slice and nothing per argument.
+type evalCall struct {
+	script *redis.Script
+	sha    string
+	src    string
+}
+
+var (
+	acquireEval = newEvalCall(acquireScript, "acquire")
+	releaseEval = newEvalCall(releaseScript, "release")
+)
+
+func newEvalCall(s *redis.Script, name string) *evalCall {
+	return &evalCall{script: s, sha: s.Hash(), src: mustRead("common") + "\n" + mustRead(name)}
+}
+
+// cmd builds EVALSHA sha len(keys) keys... args...
+func (s *evalCall) cmd(ctx context.Context, keys []any, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", &s.sha, len(keys))
+	a = append(a, keys...)
+	a = append(a, args...)
+	return redis.NewCmd(ctx, a...)
+}
+
+// processor sends a command: a client or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run sends the command, and the script itself if the server lost its
+// cache (NOSCRIPT), like (*redis.Script).Run.
+func (s *evalCall) run(ctx context.Context, rdb processor, keys []any, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, keys, args...)
+	_ = rdb.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		return s.retry(ctx, rdb, cmd)
+	}
+	return cmd
+}
+
+// retry sends cmd again as EVAL with the script's source.
+func (s *evalCall) retry(ctx context.Context, rdb processor, cmd *redis.Cmd) *redis.Cmd {
+	a := append([]any{}, cmd.Args()...)
+	a[0], a[1] = "eval", &s.src
+	again := redis.NewCmd(ctx, a...)
+	_ = rdb.Process(ctx, again)
+	return again
+}
 
 func loadScript(name string, withCommon bool) *redis.Script {
 	body := mustRead(name)

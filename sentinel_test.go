@@ -246,8 +246,9 @@ func TestSentinel(t *testing.T) {
 		_ = inner.Unlock(ctx)
 		got := lockAsync(ctx, other, "job")
 		waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
-			n, _ := fc.PubSubShardNumSub(ctx, c.keys("job").channel).Result()
-			return n[c.keys("job").channel] == 1
+			ch := other.wakeChannel("job")
+			n, _ := fc.PubSubShardNumSub(ctx, ch).Result()
+			return n[ch] == 1
 		})
 		released := time.Now()
 		if err := l.Unlock(ctx); err != nil {

@@ -2,21 +2,23 @@
 -- before it; otherwise optionally join the queue.
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata,
 -- ARGV[4] '1' to join the queue, ARGV[5] queue entry ttl ms,
--- ARGV[6] lease ms to grant if the lock is handed over while queued.
+-- ARGV[6] lease ms to grant if the lock is handed over while queued,
+-- ARGV[7] the waiting client's channel suffix (KEYS[5]:ARGV[7]).
 -- Returns {1, fence} when taken now, {2, fence} when it had been handed
 -- over to this token, {0, pttl} when held by someone else.
 local token = ARGV[1]
 local function wait(now_ms, now_us)
   if ARGV[4] == '1' then
-    enqueue(token, ARGV[6], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+    enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- HGET fails with WRONGTYPE if the key is not a lock: nothing is written.
-  if redis.call('HGET', KEYS[1], token) then
-    return {2, tonumber(redis.call('HGET', KEYS[1], ':fence'))}
+local held = redis.call('HMGET', KEYS[1], token, ':fence')
+if held[2] then
+  -- HMGET fails with WRONGTYPE if the key is not a lock: nothing is written.
+  if held[1] then
+    return {2, tonumber(held[2])}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
   return wait(clock())

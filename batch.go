@@ -1,0 +1,121 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the acquire and release scripts of concurrent callers
+// together. A call made while fewer than maxInflight requests are under way
+// goes out at once, alone, as before: no added latency when idle. Calls
+// made while the connections are busy queue up, and the next free slot
+// sends everything queued as one pipeline: one write and one read for the
+// client and the server, instead of one each per call. This is what lets
+// many goroutines of one process take and release locks at the rate Redis
+// can run the scripts, rather than the rate it can do round trips.
+type batcher struct {
+	rdb         redis.UniversalClient
+	maxInflight int
+
+	mu       sync.Mutex
+	inflight int
+	pending  []*batchCall
+}
+
+type batchCall struct {
+	call *evalCall
+	cmd  *redis.Cmd
+	sent bool
+	done chan struct{}
+}
+
+// batchTimeout bounds one pipelined round trip of queued calls; each
+// caller still honours its own context while its call is queued.
+const batchTimeout = 10 * time.Second
+
+func newBatcher(rdb redis.UniversalClient) *batcher {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		// A cluster pipeline splits by node anyway; keep it simple there.
+		return &batcher{rdb: rdb, maxInflight: -1}
+	}
+	return &batcher{rdb: rdb, maxInflight: 2}
+}
+
+// run runs script like (*redis.Script).Run.
+func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any) *redis.Cmd {
+	if b.maxInflight < 0 {
+		return s.run(ctx, b.rdb, keys, args...)
+	}
+	b.mu.Lock()
+	if b.inflight < b.maxInflight && len(b.pending) == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		cmd := s.run(ctx, b.rdb, keys, args...)
+		b.release()
+		return cmd
+	}
+	c := &batchCall{call: s, cmd: s.cmd(context.Background(), keys, args...), done: make(chan struct{})}
+	b.pending = append(b.pending, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if !c.sent {
+		// Never sent: drop it, so that it cannot run after the caller
+		// has given up (and, say, take a lock nobody waits for).
+		for i, p := range b.pending {
+			if p == c {
+				b.pending = append(b.pending[:i], b.pending[i+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+	b.mu.Unlock()
+	// Already on the wire: its outcome is what the caller must act on.
+	<-c.done
+	return c.cmd
+}
+
+// release gives back an in-flight slot, or uses it to send the queue.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	batch := b.pending
+	b.pending = nil
+	for _, c := range batch {
+		c.sent = true
+	}
+	b.mu.Unlock()
+	go b.send(batch)
+}
+
+func (b *batcher) send(batch []*batchCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	pipe := b.rdb.Pipeline()
+	for _, c := range batch {
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, c := range batch {
+		if isNoScript(c.cmd.Err()) {
+			c.cmd = c.call.retry(ctx, b.rdb, c.cmd)
+		}
+		close(c.done)
+	}
+	cancel()
+	b.release()
+}

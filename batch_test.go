@@ -1,0 +1,131 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+)
+
+func inflight(c *Client) (running, queued int) {
+	b := c.be.(*node).batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight, len(b.pending)
+}
+
+// Calls made while both slots are busy wait in the queue and leave
+// together; one whose context ends before it was sent is dropped, so it
+// can never take a lock after its caller gave up.
+func TestBatchQueuesAndDropsCancelledCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
+	defer cut.Close()
+	c := newClientOn(t, cut)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
+
+	proxy.Freeze()
+	var wg sync.WaitGroup
+	locks := make(chan *Lock, 5)
+	try := func(key string) {
+		defer wg.Done()
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Errorf("TryLock(%q) = %v", key, err)
+			return
+		}
+		locks <- l
+	}
+	wg.Add(2)
+	go try("slot1")
+	go try("slot2")
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	wg.Add(3)
+	for i := range 3 {
+		go try(fmt.Sprintf("queued%d", i))
+	}
+	waitUntil(t, 5*time.Second, "three calls queued", func() bool { _, q := inflight(c); return q == 3 })
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		// Its clean-up (leaving the queue) then waits for the thaw.
+		_, err := c.TryLock(short, "given-up")
+		gaveUp <- err
+	}()
+	waitUntil(t, 5*time.Second, "the fourth call to queue", func() bool { _, q := inflight(c); return q == 4 })
+	waitUntil(t, 5*time.Second, "the call whose context ended to leave the queue", func() bool { _, q := inflight(c); return q == 3 })
+
+	proxy.Thaw()
+	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryLock with an ending context = %v, want DeadlineExceeded", err)
+	}
+	wg.Wait()
+	close(locks)
+	n := 0
+	for l := range locks {
+		n++
+		if err := l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	if n != 5 {
+		t.Errorf("%d of 5 queued and in-flight TryLocks got their lock", n)
+	}
+	if got := rdb.Exists(ctx, c.keys("given-up").lock).Val(); got != 0 {
+		t.Error("a call dropped from the queue took the lock after all")
+	}
+	if r, q := inflight(c); r != 0 || q != 0 {
+		t.Errorf("slots in flight %d, queued %d after everything returned", r, q)
+	}
+}
+
+// Batched calls survive the server losing its script cache: the calls
+// refused with NOSCRIPT are sent again with the script.
+func TestBatchAfterScriptFlush(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const goroutines, rounds = 16, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				if g == 0 && i%10 == 0 {
+					rdb.ScriptFlush(ctx)
+				}
+				l, err := c.Lock(ctx, fmt.Sprintf("flush%d", g))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
