@@ -346,7 +346,9 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 	cc := cl.Client(t)
 	var reports []ReplicaReport
 	var mu sync.Mutex
-	c := newClientOn(t, cc, WithReplicaAck(1, 300*time.Millisecond, FailClosed), WithReplicaReport(func(r ReplicaReport) {
+	// Most writes here need the replicas' acknowledgement, which a loaded
+	// machine can delay: not too short a timeout.
+	c := newClientOn(t, cc, WithReplicaAck(1, time.Second, FailClosed), WithReplicaReport(func(r ReplicaReport) {
 		mu.Lock()
 		reports = append(reports, r)
 		mu.Unlock()
@@ -553,7 +555,9 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	// And one whose renewals wait for a replica: they are sent to the
 	// master found by MasterForKey, so they must follow the slot by
 	// themselves.
-	ackedClient := newClientOn(t, cl.Client(t), WithReplicaAck(1, 200*time.Millisecond, FailClosed))
+	// Its replica is healthy: a generous timeout costs nothing, and a
+	// replica slow to acknowledge on a loaded machine fails no renewal.
+	ackedClient := newClientOn(t, cl.Client(t), WithReplicaAck(1, 2*time.Second, FailClosed))
 	const ackedKey = "moving}acked"
 	acked := mustLock(t, ackedClient, ackedKey, WithTTL(900*time.Millisecond))
 	got := lockAsync(ctx, waiting, key)

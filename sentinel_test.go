@@ -67,8 +67,14 @@ func TestReplicaAck(t *testing.T) {
 	master, replica := startReplicated(t)
 	rdb, rr := master.Client(t), replica.Client(t)
 
+	// The replica is healthy in the first subtests: a generous timeout
+	// costs nothing there, and a replica slow to acknowledge on a loaded
+	// machine does not fail the writes. Where it is paused, the timeout is
+	// short, since every write waits for all of it.
+	const healthy = 2 * time.Second
+
 	t.Run("AcknowledgedWritesAreOnTheReplica", func(t *testing.T) {
-		c := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+		c := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
 		k := c.keys("acked")
 		l := mustLock(t, c, "acked")
 		// WAIT returned 1: the replica applied the grant already.
@@ -102,8 +108,8 @@ func TestReplicaAck(t *testing.T) {
 	})
 
 	t.Run("HandOverIsAcknowledged", func(t *testing.T) {
-		c := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
-		waiter := newClientOn(t, rdb, WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+		c := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
+		waiter := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
 		l := mustLock(t, c, "handed")
 		got := lockAsync(ctx, waiter, "handed")
 		waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "handed") == 1 })
@@ -124,8 +130,25 @@ func TestReplicaAck(t *testing.T) {
 		var reports reportLog
 		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
 		plain := newClientOn(t, rdb)
-		renewed := mustLock(t, c, "renewed", WithTTL(time.Second))
-		fixed := mustLock(t, c, "fixed", WithTTL(2*time.Second), WithoutRenewal())
+		// Taken before the pause. A loaded machine can delay the healthy
+		// replica's acknowledgement past the short timeout (the grant then
+		// fails closed): only the set-up, so try again.
+		lockAcked := func(key string, opts ...LockOption) *Lock {
+			t.Helper()
+			for range 10 {
+				l, err := c.Lock(ctx, key, opts...)
+				if err == nil {
+					return l
+				}
+				if !errors.Is(err, ErrNotReplicated) {
+					t.Fatalf("Lock(%q): %v", key, err)
+				}
+			}
+			t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
+			return nil
+		}
+		renewed := lockAcked("renewed", WithTTL(time.Second))
+		fixed := lockAcked("fixed", WithTTL(2*time.Second), WithoutRenewal())
 		handed := mustLock(t, plain, "handed")
 
 		replica.Pause(t)

@@ -169,6 +169,19 @@ func (c *cluster) locker(t *testing.T, opts ...dlock.Option) *dlock.Client {
 	return l
 }
 
+// patientLocker is locker with a per-node timeout of a second, for tests
+// that count how the nodes voted: with the default (lease/10, 50 ms at
+// most) a loaded machine can make a healthy node miss it.
+func (c *cluster) patientLocker(t *testing.T, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	l, err := redlock.NewWithConfig(redlock.Config{Nodes: c.nodes, NodeTimeout: time.Second}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 // holders returns the nodes on which token holds key.
 func (c *cluster) holders(t *testing.T, key, token string) []int {
 	t.Helper()
@@ -193,6 +206,26 @@ func (c *cluster) holders(t *testing.T, key, token string) []int {
 }
 
 func lockKey(key string) string { return "dlock:{" + key + "}" }
+
+// lockEveryNode locks key and waits until every node has the lock, for a
+// test that then takes nodes away. Lock returns once a majority granted
+// it and the other nodes' grants follow; but on a loaded machine a request
+// can miss the per-node timeout (50 ms at most) and never be sent, or come
+// after another client's request for the lock: then it locks again.
+func lockEveryNode(t *testing.T, cl *cluster, c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lock {
+	t.Helper()
+	for range 10 {
+		l := mustLock(t, c, key, opts...)
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			if len(cl.holders(t, key, l.Token())) == len(cl.srvs) {
+				return l
+			}
+		}
+		_ = l.Unlock(context.Background())
+	}
+	t.Fatalf("%q: not on every node in 10 tries", key)
+	return nil
+}
 
 func mustLock(t *testing.T, c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lock {
 	t.Helper()

@@ -17,12 +17,14 @@ import (
 
 func TestLockOnEveryNode(t *testing.T) {
 	cl := startCluster(t, 5)
-	c := cl.locker(t)
+	// Lock returns once a majority granted it; the others follow, within
+	// the per-node timeout: a generous one, so that a loaded machine does
+	// not make a request miss it before it is even sent.
+	c := cl.patientLocker(t)
 	ctx := context.Background()
 
 	l := mustLock(t, c, "order:42")
-	// Lock returns once a majority granted it; the others follow.
-	waitUntil(t, time.Second, "the lock on all 5 nodes", func() bool {
+	waitUntil(t, 5*time.Second, "the lock on all 5 nodes", func() bool {
 		return len(cl.holders(t, "order:42", l.Token())) == 5
 	})
 	if l.Fence() == 0 {
@@ -48,7 +50,7 @@ func TestLockOnEveryNode(t *testing.T) {
 	}
 
 	// Another Client is refused, and told how the nodes voted.
-	other := cl.locker(t)
+	other := cl.patientLocker(t)
 	_, err := other.TryLock(ctx, "order:42")
 	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock on a held lock = %v, want ErrNotObtained", err)
@@ -253,7 +255,7 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int {
 
 func TestFailedAttemptReleasesEverywhere(t *testing.T) {
 	cl := startCluster(t, 5)
-	c := cl.locker(t)
+	c := cl.patientLocker(t)
 	ctx := context.Background()
 	// Two other contenders hold nodes 0-1 and 2: nobody has a majority.
 	for i, tok := range []string{"x", "x", "y"} {
