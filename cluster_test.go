@@ -549,9 +549,10 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 
 	// A held lock with a waiter subscribed to its hand-over channel on the
 	// source master (the waiter re-checks only every 10 s on its own), and
-	// a lock the watchdog renews every 200 ms.
+	// a lock the watchdog renews every 400 ms (a lease that outlasts the
+	// migration's few round trips on a loaded machine).
 	l := mustLock(t, c, key, WithTTL(20*time.Second))
-	renewed := mustLock(t, c, renewedKey, WithTTL(600*time.Millisecond))
+	renewed := mustLock(t, c, renewedKey, WithTTL(1200*time.Millisecond))
 	// And one whose renewals wait for a replica: they are sent to the
 	// master found by MasterForKey, so they must follow the slot by
 	// themselves.
