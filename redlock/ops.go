@@ -16,6 +16,23 @@ import (
 // those where it does not (no), and those that did not answer.
 type votes struct{ yes, no, unknown int }
 
+// countVotes counts the replies of one call on every node; held says which
+// reply means the token holds the lock there.
+func countVotes(rs []reply[int64], held func(int64) bool) votes {
+	var v votes
+	for _, r := range rs {
+		switch {
+		case !r.ok():
+			v.unknown++
+		case held(r.val):
+			v.yes++
+		default:
+			v.no++
+		}
+	}
+	return v
+}
+
 // outcome turns renewal votes into an outcome. A node that said no never
 // says yes again (a renewal does not give a node back a lock it lost), so
 // once more than N-quorum said no, a majority is lost for good.
@@ -158,20 +175,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 	d := data(l)
 	timeout := b.opTimeout(d.lease)
 	held := func(v int64) bool { return v != -3 }
-	tally := func(rs []reply[int64]) votes {
-		var v votes
-		for _, r := range rs {
-			switch {
-			case !r.ok():
-				v.unknown++
-			case held(r.val):
-				v.yes++
-			default:
-				v.no++
-			}
-		}
-		return v
-	}
+	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		return ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
 	}, func(rs []reply[int64]) bool {
@@ -210,15 +214,8 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		return releaseScript.Run(ctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
 	}, func(rs []reply[int64]) bool {
-		yes, no := 0, 0
-		for _, r := range rs {
-			if r.ok() && held(r.val) {
-				yes++
-			} else if r.ok() {
-				no++
-			}
-		}
-		return yes >= b.quorum || no >= b.quorum
+		v := countVotes(rs, held)
+		return v.yes >= b.quorum || v.no >= b.quorum
 	})
 	yes, no := 0, 0
 	left := int64(0)
@@ -245,20 +242,7 @@ func (b *redlock) Reenter(ctx context.Context, l *backend.Lease) (int64, error) 
 	d := data(l)
 	timeout := b.opTimeout(d.lease)
 	held := func(v int64) bool { return v > 0 }
-	tally := func(rs []reply[int64]) votes {
-		var v votes
-		for _, r := range rs {
-			switch {
-			case !r.ok():
-				v.unknown++
-			case held(r.val):
-				v.yes++
-			default:
-				v.no++
-			}
-		}
-		return v
-	}
+	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		return reenterScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
 	}, func(rs []reply[int64]) bool {
