@@ -359,7 +359,7 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	// the queue's keys expire with it too, so deadTTL leaves it time to.
 	const deadTTL = 500 // ms
 	dead := newToken()
-	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", deadTTL, deadTTL).Result(); err != nil {
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", deadTTL, deadTTL, "dead-client").Result(); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *Lock, 1)

@@ -36,7 +36,7 @@ local function grant(token, lease, meta, now_ms, now_us)
 end
 
 -- live_head returns the first waiter whose entry has not expired, with its
--- lease and metadata, dropping the expired entries in front of it. A waiter
+-- lease, metadata and Client id, dropping the expired entries in front of it. A waiter
 -- that died leaves the queue when its entry expires instead of blocking it.
 local function live_head(now_ms)
   while true do
@@ -44,12 +44,7 @@ local function live_head(now_ms)
     if not head then return nil end
     local entry = redis.call('HGET', KEYS[4], head)
     if entry then
-      -- "deadline lease client meta"; entries without a client (from
-      -- older versions: meta is JSON, it starts with '{') are still read.
-      local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) ([^{ ]+) (.*)$')
-      if not deadline then
-        deadline, lease, meta = string.match(entry, '^(%d+) (%d+) (.*)$')
-      end
+      local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) (%S+) (.*)$')
       if deadline and tonumber(deadline) > now_ms then return head, lease, meta, client end
     end
     redis.call('ZREM', KEYS[3], head)
@@ -68,24 +63,20 @@ end
 -- keeps its place if it is already queued.
 local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, token)
-  if client then lease = lease .. ' ' .. client end
-  redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. meta)
+  redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. client .. ' ' .. meta)
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
 
 -- hand_over gives the free lock to the live head of the queue, if any, and
--- tells that waiter alone (the others ignore a message naming another
--- token), so the new holder needs no further round trip.
+-- tells that waiter's Client alone, on its own channel, so the new holder
+-- needs no further round trip.
 local function hand_over(now_ms, now_us)
   local head, lease, meta, client = live_head(now_ms)
   if not head then return nil end
   dequeue(head)
   local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
-  -- The waiter's Client listens on its own channel; a waiter queued by an
-  -- older version listens on the shared one.
-  local channel = KEYS[5]
-  if client then channel = channel .. ':' .. client end
+  local channel = KEYS[5] .. ':' .. client
   -- Sharded pub/sub keeps the message on the lock's shard; servers before
   -- 7.0 lack it and get the classic command.
   local sent = redis.pcall('SPUBLISH', channel, msg)
