@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		addr = srv.Addr
+		addr = srv.Addr()
 	}
 	code := m.Run()
 	if srv != nil {

@@ -10,42 +10,28 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redisserver"
 )
 
-// Server is a redis-server process started for a benchmark run.
-type Server struct {
-	Addr string
-	Port int
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
-}
+// Server is a redis-server process started for a benchmark run: Addr,
+// Port and PID say where it is, Stop ends it.
+type Server = redisserver.Server
 
 // FindBinary returns the path of a redis tool (redis-server,
-// redis-benchmark), looking in $PATH and then in /usr/bin.
+// redis-benchmark), looking in $PATH and then in /usr/bin, /usr/sbin and
+// /usr/local/bin.
 func FindBinary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
+	p, err := redisserver.FindBinary(name, redisserver.SystemDirs()...)
+	if err != nil {
+		return "", fmt.Errorf("%w: install it with `apt-get install redis-server redis-tools`", err)
 	}
-	for _, dir := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found: install it with `apt-get install redis-server redis-tools`", name)
+	return p, nil
 }
 
 // StartServer launches redis-server on a free loopback port without
@@ -55,100 +41,15 @@ func StartServer() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		s, err := startOn(bin, port)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-	}
-	return nil, lastErr
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func startOn(bin string, port int) (*Server, error) {
-	dir, err := os.MkdirTemp("", "dlock-bench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	args := []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--daemonize", "no",
-		"--logfile", filepath.Join(dir, "redis.log"),
+	s, err := redisserver.Start(context.Background(), bin, redisserver.Options{
 		// Room for every connection the scenarios open at once.
-		"--maxclients", "4064",
+		Args:        []string{"--maxclients", "4064"},
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("could not start %s: %w", bin, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, lastLines(string(log), 5))
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, errors.New("redis-server did not answer PING within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// PID is the server's process id.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
-
-// Stop terminates the server by its PID and waits for it.
-func (s *Server) Stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	os.RemoveAll(s.dir)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+	return s, nil
 }
 
 // ServerInfo reads one section of INFO as a map.

@@ -17,12 +17,7 @@ func TestBadInput(t *testing.T) {
 	t.Parallel()
 	stopped := redistest.Start(t)
 	stopped.Stop(t) // a port where nothing listens any more
-	// requirepass is set once the server runs: the harness's readiness
-	// probe does not authenticate.
-	guarded := redistest.Start(t)
-	if err := guarded.Client(t).ConfigSet(t.Context(), "requirepass", "the-right-one").Err(); err != nil {
-		t.Fatal(err)
-	}
+	guarded := redistest.Start(t, redistest.WithConfig("requirepass", "the-right-one"))
 
 	for _, tc := range []struct {
 		name string

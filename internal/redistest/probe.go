@@ -14,18 +14,28 @@ import (
 // ready reports whether the server at addr is the process pid and answers
 // PING with PONG (not -LOADING). Checking the pid guards against a different
 // server that grabbed the port between freePort and our bind. It speaks raw
-// RESP so that polling creates no go-redis clients or goroutines.
-func ready(addr string, pid int) bool {
+// RESP so that polling creates no go-redis clients or goroutines. A
+// non-empty password (the server's requirepass) is sent with AUTH first.
+func ready(addr string, pid int, password string) bool {
 	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return false
 	}
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := conn.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n*1\r\n$4\r\nPING\r\n")); err != nil {
+	req := "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n*1\r\n$4\r\nPING\r\n"
+	if password != "" {
+		req = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password) + req
+	}
+	if _, err := conn.Write([]byte(req)); err != nil {
 		return false
 	}
 	r := bufio.NewReader(conn)
+	if password != "" {
+		if ok, err := readReply(r); err != nil || ok != "OK" {
+			return false
+		}
+	}
 	info, err := readReply(r)
 	if err != nil {
 		return false

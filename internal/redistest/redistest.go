@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redisserver"
 )
 
 const (
@@ -53,7 +55,7 @@ const (
 
 // extraBinDirs are searched after $PATH: apt puts redis-server in /usr/bin,
 // but test runners sometimes run with a minimal PATH.
-var extraBinDirs = []string{"/usr/bin", "/usr/sbin", "/usr/local/bin"}
+var extraBinDirs = redisserver.SystemDirs()
 
 // Option customises a server started by Start.
 type Option func(*config)
@@ -75,6 +77,18 @@ type config struct {
 	sentinel bool
 	// clusterBus requires port+10000 to be free too (cluster bus port).
 	clusterBus bool
+}
+
+// requirepass returns the password of the last requirepass directive in
+// extra, or "" if there is none, so that the readiness probe can AUTH.
+func (c config) requirepass() string {
+	pass := ""
+	for _, d := range c.extra {
+		if len(d) == 2 && strings.EqualFold(d[0], "requirepass") {
+			pass = d[1]
+		}
+	}
+	return pass
 }
 
 // Server is one redis-server (or sentinel) process owned by a test. All
@@ -171,17 +185,11 @@ func BinaryPath(t testing.TB) string {
 
 // findBinary looks name up in $PATH, then in extra.
 func findBinary(name string, extra []string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
+	p, err := redisserver.FindBinary(name, extra...)
+	if err != nil {
+		return "", fmt.Errorf("%w; tests need a real Redis: %s", err, installHint)
 	}
-	for _, d := range extra {
-		p := filepath.Join(d, name)
-		if isExecutable(p) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in $PATH or %s; tests need a real Redis: %s",
-		name, strings.Join(extra, ", "), installHint)
+	return p, nil
 }
 
 func isExecutable(p string) bool {
@@ -475,7 +483,7 @@ func (s *Server) launch(fresh bool) error {
 			return err
 		default:
 		}
-		if ready(addr, cmd.Process.Pid) {
+		if ready(addr, cmd.Process.Pid, s.cfg.requirepass()) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -170,7 +170,7 @@ func run(cfg Config, out, addr, only string, skipAllocs bool) error {
 			return err
 		}
 		defer srv.Stop()
-		addr = srv.Addr
+		addr = srv.Addr()
 		logf("redis-server pid %d on %s", srv.PID(), addr)
 	}
 	env, err := bench.NewEnv(addr)
