@@ -2,13 +2,11 @@ package otel_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockotel "github.com/dlock-go/dlock/metrics/otel"
 )
 
@@ -89,8 +88,6 @@ func spanAttr(s sdktrace.ReadOnlySpan, key attribute.Key) (attribute.Value, bool
 }
 
 func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
@@ -102,79 +99,23 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locks.Close()
-	ctx := context.Background()
+	gen := traffic.Start(t, obs)
 
 	// Three orders locked and held a while each, inside a request's span.
-	reqCtx, req := tp.Tracer("test").Start(ctx, "request")
-	const hold = 20 * time.Millisecond
-	for i := range 3 {
-		err := locks.Do(reqCtx, fmt.Sprintf("order:%d", i), func(context.Context) error {
-			time.Sleep(hold) // the work under the lock
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	reqCtx, req := tp.Tracer("test").Start(context.Background(), "request")
+	gen.Orders(reqCtx)
 	req.End()
-
-	// A slow acquisition: the waiter waits at least 50 ms.
-	held, err := locks.Lock(ctx, "invoice:7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.TryLock(ctx, "invoice:7"); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("TryLock = %v", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		w, err := locks.Lock(ctx, "invoice:7")
-		if err == nil {
-			err = w.Unlock(ctx)
-		}
-		got <- err
-	}()
-	waitFor(t, "the waiter to queue", func() bool { return rdb.ZCard(ctx, "dlock:{invoice:7}:queue").Val() == 1 })
-	if p := collect(t, reader, "dlock.acquire.pending")["dlock.key.group=invoice"]; p.value != 1 {
-		t.Errorf("pending while one waits = %v, want 1", p.value)
-	}
-	time.Sleep(50 * time.Millisecond) // make the wait measurable
-	inner, err := locks.Lock(held.Context(), "invoice:7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = inner.Unlock(ctx)
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	// A slow acquisition, a failed TryLock and a re-entry.
+	gen.Contend(func() float64 { return collect(t, reader, "dlock.acquire.pending")["dlock.key.group=invoice"].value })
 	// Renewals, and a lock lost at the end of its lease.
-	// Renewed every 100 ms: a lease long enough that a renewal delayed on
-	// a loaded machine does not lose it (that would count as a loss).
-	renewed, err := locks.Lock(ctx, "job:r", dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "two renewals", func() bool {
-		return collect(t, reader, "dlock.renewals")["dlock.key.group=job,dlock.outcome=renewed"].value >= 2
-	})
-	_ = renewed.Unlock(ctx)
-	short, err := locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-short.Done()
-	waitFor(t, "the loss to be counted", func() bool {
-		return collect(t, reader, "dlock.lost")["dlock.key.group=job,dlock.reason=expired"].value == 1
-	})
-	_ = short.Unlock(ctx)
+	gen.RenewAndLose(
+		func() float64 {
+			return collect(t, reader, "dlock.renewals")["dlock.key.group=job,dlock.outcome=renewed"].value
+		},
+		func() float64 {
+			return collect(t, reader, "dlock.lost")["dlock.key.group=job,dlock.reason=expired"].value
+		},
+	)
 
 	check := func(name, attrs string, want float64) {
 		t.Helper()
@@ -191,12 +132,9 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	check("dlock.reentries", "dlock.key.group=invoice,dlock.outcome=reentered", 1)
 	check("dlock.lost", "dlock.key.group=job,dlock.reason=expired", 1)
 	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order"]
-	if holds.count != 3 || holds.sum < 3*hold.Seconds() || holds.sum > 3*(hold+time.Second).Seconds() {
-		t.Errorf("hold histogram of order = %+v, want 3 holds of about %v", holds, hold)
-	}
-	if w := collect(t, reader, "dlock.acquire.duration")["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]; w.count != 2 || w.sum < 0.05 {
-		t.Errorf("wait histogram of invoice = %+v, want 2 waits, one of 50 ms or more", w)
-	}
+	gen.CheckHolds(holds.count, holds.sum)
+	waits := collect(t, reader, "dlock.acquire.duration")["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]
+	gen.CheckInvoiceWaits(waits.count, waits.sum)
 
 	// Spans: the orders' acquisitions and releases are children of the
 	// request; the slow acquisition lasts as long as its wait.
@@ -210,7 +148,7 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 				t.Errorf("acquire span of %s is not a child of the request", key.AsString())
 			}
 			if out, _ := spanAttr(s, dlockotel.Outcome); key.AsString() == "invoice:7" && out.AsString() == "acquired" &&
-				s.EndTime().Sub(s.StartTime()) >= 50*time.Millisecond {
+				s.EndTime().Sub(s.StartTime()) >= traffic.Wait {
 				slow++
 				if f, ok := spanAttr(s, dlockotel.Fence); !ok || f.AsInt64() <= 0 {
 					t.Error("the slow acquire span has no fence")
@@ -223,8 +161,8 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 			releases++
 			if strings.HasPrefix(key.AsString(), "order:") {
 				h, _ := spanAttr(s, dlockotel.HoldTime)
-				if h.AsFloat64() < hold.Seconds() {
-					t.Errorf("release span of %s: hold %v s, want >= %v", key.AsString(), h.AsFloat64(), hold.Seconds())
+				if h.AsFloat64() < traffic.Hold.Seconds() {
+					t.Errorf("release span of %s: hold %v s, want >= %v", key.AsString(), h.AsFloat64(), traffic.Hold.Seconds())
 				}
 			}
 		}
@@ -262,16 +200,5 @@ func TestWithoutKeyInSpans(t *testing.T) {
 		if g, _ := spanAttr(s, dlockotel.KeyGroup); g.AsString() != "secret" {
 			t.Errorf("span %s: group %q", s.Name(), g.AsString())
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -2,13 +2,11 @@ package prometheus_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockprom "github.com/dlock-go/dlock/metrics/prometheus"
 )
 
@@ -81,86 +80,22 @@ func value(m *dto.Metric) sample {
 }
 
 func TestMetricsAfterRealTraffic(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	reg := prometheus.NewRegistry()
 	obs, err := dlockprom.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locks.Close()
-	ctx := context.Background()
+	gen := traffic.Start(t, obs)
 
 	// Three orders locked and held a while each.
-	const hold = 20 * time.Millisecond
-	for i := range 3 {
-		err := locks.Do(ctx, fmt.Sprintf("order:%d", i), func(context.Context) error {
-			time.Sleep(hold) // the work under the lock
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A contended lock: the waiter waits at least 50 ms.
-	held, err := locks.Lock(ctx, "invoice:7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.TryLock(ctx, "invoice:7"); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("TryLock = %v", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		w, err := locks.Lock(ctx, "invoice:7")
-		if err == nil {
-			err = w.Unlock(ctx)
-		}
-		got <- err
-	}()
-	waitFor(t, "the waiter to queue", func() bool {
-		return rdb.ZCard(ctx, "dlock:{invoice:7}:queue").Val() == 1
-	})
-	if s := scrape(t, reg, "dlock_acquires_in_flight")["group=invoice"]; s.value != 1 {
-		t.Errorf("in flight while one waits = %v, want 1", s.value)
-	}
-	time.Sleep(50 * time.Millisecond) // make the wait measurable
-	// A re-entry.
-	inner, err := locks.Lock(held.Context(), "invoice:7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = inner.Unlock(ctx)
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	gen.Orders(context.Background())
+	// A contended lock, a failed TryLock and a re-entry.
+	gen.Contend(func() float64 { return scrape(t, reg, "dlock_acquires_in_flight")["group=invoice"].value })
 	// A lock renewed by the watchdog, then one lost at the end of its lease.
-	// Renewed every 100 ms: a lease long enough that a renewal delayed on
-	// a loaded machine does not lose it (that would count as a loss).
-	renewed, err := locks.Lock(ctx, "job:r", dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "two renewals", func() bool {
-		return scrape(t, reg, "dlock_renewals_total")["group=job,outcome=renewed"].value >= 2
-	})
-	_ = renewed.Unlock(ctx)
-	short, err := locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-short.Done()
-	waitFor(t, "the loss to be counted", func() bool {
-		return scrape(t, reg, "dlock_lost_total")["group=job,reason=expired"].value == 1
-	})
-	_ = short.Unlock(ctx)
+	gen.RenewAndLose(
+		func() float64 { return scrape(t, reg, "dlock_renewals_total")["group=job,outcome=renewed"].value },
+		func() float64 { return scrape(t, reg, "dlock_lost_total")["group=job,reason=expired"].value },
+	)
 
 	check := func(name, labels string, want float64) {
 		t.Helper()
@@ -179,13 +114,10 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	check("dlock_lost_total", "group=job,reason=expired", 1)
 
 	holds := scrape(t, reg, "dlock_hold_seconds")["group=order"]
-	if holds.count != 3 || holds.sum < 3*hold.Seconds() || holds.sum > 3*(hold+time.Second).Seconds() {
-		t.Errorf("hold histogram of order = %+v, want 3 holds of about %v", holds, hold)
-	}
+	gen.CheckHolds(holds.count, holds.sum)
 	waits := scrape(t, reg, "dlock_acquire_wait_seconds")
-	if w := waits["group=invoice,mode=lock,outcome=acquired"]; w.count != 2 || w.sum < 0.05 {
-		t.Errorf("wait histogram of invoice = %+v, want 2 waits, one of 50 ms or more", w)
-	}
+	invoice := waits["group=invoice,mode=lock,outcome=acquired"]
+	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
 	if w := waits["group=order,mode=lock,outcome=acquired"]; w.count != 3 || w.sum <= 0 || w.sum > 1 {
 		t.Errorf("wait histogram of order = %+v, want 3 short waits", w)
 	}
@@ -237,16 +169,5 @@ func TestKeyGroups(t *testing.T) {
 	// Registering twice on one registry fails.
 	if _, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks")); err == nil {
 		t.Error("a second registration of the same metrics succeeded")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

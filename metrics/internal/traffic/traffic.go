@@ -1,0 +1,185 @@
+// Package traffic generates real lock traffic for the tests of the metrics
+// packages.
+//
+// metrics/otel and metrics/prometheus both prove the same thing: once locks
+// have been taken, contended, re-entered, renewed, released and lost against
+// a real Redis, every metric they export has moved by the expected amount.
+// The traffic is the same for both; only the way a test reads its metrics
+// differs. So the traffic lives here once, and each test passes in small
+// functions that read its own metrics.
+//
+// It is a non-test package so that both test packages can import it; being
+// under metrics/internal, nothing outside metrics can.
+package traffic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+const (
+	// Hold is how long Orders holds each order lock. Tests bound the sum of
+	// the hold histogram with it; CheckHolds does.
+	Hold = 20 * time.Millisecond
+	// Wait is how long Contend's waiter waits at least before it gets the
+	// lock. Tests bound the sum of the wait histogram with it;
+	// CheckInvoiceWaits does.
+	Wait = 50 * time.Millisecond
+)
+
+// Generator drives lock traffic through one dlock.Client. The steps are
+// separate methods so that a test can wrap one in its own context (a span,
+// say) and read its metrics between them. Its methods fail the test, with
+// t.Fatal, when the traffic itself goes wrong.
+type Generator struct {
+	t   testing.TB
+	rdb *redis.Client
+	// Locks is the client the traffic goes through, reporting to the
+	// observer under test.
+	Locks *dlock.Client
+}
+
+// Start starts a Redis server for t and a dlock.Client on it that reports
+// to obs. The client, its connection and the server are closed in
+// t.Cleanup, the client first.
+func Start(t testing.TB, obs dlock.Observer) *Generator {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locks.Close() })
+	return &Generator{t: t, rdb: rdb, Locks: locks}
+}
+
+// Orders locks "order:0", "order:1" and "order:2" with Do under ctx, one
+// after another, and holds each for Hold. In group "order" with mode lock
+// this makes 3 attempts, 3 acquisitions (each with a short wait), 3 holds
+// of Hold or a little more and 3 releases.
+func (g *Generator) Orders(ctx context.Context) {
+	g.t.Helper()
+	for i := range 3 {
+		err := g.Locks.Do(ctx, fmt.Sprintf("order:%d", i), func(context.Context) error {
+			time.Sleep(Hold) // the work under the lock
+			return nil
+		})
+		if err != nil {
+			g.t.Fatal(err)
+		}
+	}
+}
+
+// Contend makes "invoice:7" contended. A holder takes it; a TryLock fails
+// (trylock, not_obtained); a second Lock queues behind the holder. Once the
+// queue holds it, pending, which reads the test's count of acquisitions
+// pending in group "invoice", must report 1, or the test fails. After Wait
+// more, the holder re-enters the lock (one re-entry) and releases both
+// holds, and the waiter gets the lock and releases it. In group "invoice"
+// that makes 2 lock acquisitions, one of them waiting Wait or more, 3
+// releases and 1 re-entry, with nothing left pending.
+func (g *Generator) Contend(pending func() float64) {
+	g.t.Helper()
+	ctx := context.Background()
+	held, err := g.Locks.Lock(ctx, "invoice:7")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if _, err := g.Locks.TryLock(ctx, "invoice:7"); !errors.Is(err, dlock.ErrNotObtained) {
+		g.t.Fatalf("TryLock = %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := g.Locks.Lock(ctx, "invoice:7")
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	g.waitFor("the waiter to queue", func() bool {
+		return g.rdb.ZCard(ctx, "dlock:{invoice:7}:queue").Val() == 1
+	})
+	if n := pending(); n != 1 {
+		g.t.Errorf("acquisitions pending in group invoice while one waits = %v, want 1", n)
+	}
+	time.Sleep(Wait) // make the wait measurable
+	inner, err := g.Locks.Lock(held.Context(), "invoice:7")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	_ = inner.Unlock(ctx)
+	if err := held.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// RenewAndLose makes the watchdog renew a lock, then lets another lock
+// expire. renewals and lost read the test's metrics: the count of renewals
+// with outcome renewed, and of losses with reason expired, both in group
+// "job". RenewAndLose waits until renewals reports 2 or more, then until
+// lost reports 1, and fails the test if either takes over 5 seconds; so a
+// metric that stops moving fails the test. In group "job" that makes 2
+// acquisitions and 2 releases, 2 or more renewals and 1 loss.
+func (g *Generator) RenewAndLose(renewals, lost func() float64) {
+	g.t.Helper()
+	ctx := context.Background()
+	// Renewed every 100 ms: a lease long enough that a renewal delayed on
+	// a loaded machine does not lose it (that would count as a loss).
+	renewed, err := g.Locks.Lock(ctx, "job:r", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.waitFor("two renewals", func() bool { return renewals() >= 2 })
+	_ = renewed.Unlock(ctx)
+	short, err := g.Locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	<-short.Done()
+	g.waitFor("the loss to be counted", func() bool { return lost() == 1 })
+	_ = short.Unlock(ctx)
+}
+
+// CheckHolds fails the test unless the hold histogram of group "order"
+// (count and sum in seconds) shows the 3 holds of about Hold that Orders
+// made.
+func (g *Generator) CheckHolds(count, sum float64) {
+	g.t.Helper()
+	if count != 3 || sum < 3*Hold.Seconds() || sum > 3*(Hold+time.Second).Seconds() {
+		g.t.Errorf("hold histogram of order: count %v, sum %v s; want 3 holds of about %v", count, sum, Hold)
+	}
+}
+
+// CheckInvoiceWaits fails the test unless the wait histogram of group
+// "invoice", mode lock, outcome acquired (count and sum in seconds) shows
+// the 2 acquisitions Contend made, one of them waiting Wait or more.
+func (g *Generator) CheckInvoiceWaits(count, sum float64) {
+	g.t.Helper()
+	if count != 2 || sum < Wait.Seconds() {
+		g.t.Errorf("wait histogram of invoice: count %v, sum %v s; want 2 waits, one of %v or more", count, sum, Wait)
+	}
+}
+
+// waitFor polls cond until it holds, and fails the test if it does not
+// within 5 seconds.
+func (g *Generator) waitFor(what string, cond func() bool) {
+	g.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
