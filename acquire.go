@@ -41,7 +41,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	req := backend.Request{
 		Key:   key,
-		Token: newToken(),
+		Token: backend.NewToken(),
 		TTL:   cfg.ttl,
 		Renew: cfg.renew,
 		Meta:  c.metadata(cfg.meta),

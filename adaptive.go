@@ -60,7 +60,7 @@ func (a *adaptiveConfig) validate(cfg *lockConfig) error {
 // lease is the lease that covers the hold times s describes.
 func (a *adaptiveConfig) lease(s backend.HoldStats) time.Duration {
 	d := time.Duration(a.margin * float64(s.Mean+4*s.Dev))
-	d += drift(d)
+	d += backend.Drift(d)
 	hi := a.max
 	if hi == 0 {
 		hi = MaxTTL

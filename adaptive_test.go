@@ -75,7 +75,7 @@ func TestAdaptiveLeaseFollowsHoldTimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := time.Duration(ms(a.lease(s))) * time.Millisecond // Redis has milliseconds
+		want := time.Duration(backend.Millis(a.lease(s))) * time.Millisecond // Redis has milliseconds
 		l := mustLock(t, c, "batch", opts...)
 		if lease := grantedLease(t, rdb, k); !near(lease, want) {
 			t.Errorf("lease %d: %v, want %v (stats %+v)", i, lease, want, s)
@@ -102,8 +102,8 @@ func TestAdaptiveLeaseLearnsFromOverrun(t *testing.T) {
 	// Recorded holds of 200 ms: a lease of 300 ms, plus the drift.
 	rdb.HSet(ctx, statsKey(k), "mean_us", 200000, "dev_us", 0, "n", 5)
 	l := mustLock(t, c, "overrun", WithoutRenewal(), WithAdaptiveTTL(1.5, 0))
-	if lease, want := grantedLease(t, rdb, k), 300*time.Millisecond; !near(lease, want+drift(want)) {
-		t.Errorf("lease %v, want %v", lease, want+drift(want))
+	if lease, want := grantedLease(t, rdb, k), 300*time.Millisecond; !near(lease, want+backend.Drift(want)) {
+		t.Errorf("lease %v, want %v", lease, want+backend.Drift(want))
 	}
 	// This time the work takes longer: the lock is lost...
 	<-l.Done()

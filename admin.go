@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // LockInfo is what Inspect reads about a lock.
@@ -95,7 +97,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
-	match := n.prefix + "{" + tagOf(pattern) + "}"
+	match := n.prefix + "{" + backend.Tag(pattern) + "}"
 	var mu sync.Mutex // cluster masters are scanned concurrently
 	var names []string
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
@@ -103,7 +105,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 		for it.Next(ctx) {
 			k := it.Val()
 			mu.Lock()
-			names = append(names, keyOfTag(k[len(n.prefix)+1:len(k)-1]))
+			names = append(names, backend.KeyOfTag(k[len(n.prefix)+1:len(k)-1]))
 			mu.Unlock()
 		}
 		return it.Err()

@@ -218,28 +218,40 @@ func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
 			subs, _ := node.PubSubShardNumSub(ctx, ch).Result()
 			return cc.ZCard(ctx, k.queue).Val() == 1 && subs[ch] == 1
 		})
-		released := time.Now()
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
+		releaseAndWaitHandOver(t, l, got, fmt.Sprintf("%q", key))
+	}
+}
+
+// releaseAndWaitHandOver unlocks l and checks that the waiter whose Lock
+// result comes on got is handed the lock promptly, with a greater fence,
+// then unlocks the waiter's lock. The cluster tests make waiters re-check
+// only rarely, so the prompt hand-over proves that the release's wake-up
+// message reached the waiter on the lock's master. what names the case in
+// failure messages.
+func releaseAndWaitHandOver(t *testing.T, l *Lock, got <-chan lockResult, what string) {
+	t.Helper()
+	ctx := context.Background()
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		l2 := r.l
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
-		select {
-		case r := <-got:
-			l2 := r.l
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if d := time.Since(released); d > time.Second {
-				t.Errorf("%q: waiter woke %v after the release", key, d)
-			}
-			if l2.Fence() <= l.Fence() {
-				t.Errorf("%q: hand-over fence %d <= %d", key, l2.Fence(), l.Fence())
-			}
-			if err := l2.Unlock(ctx); err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q: waiter not woken by the release", key)
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("%s: waiter woke %v after the release", what, d)
 		}
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("%s: hand-over fence %d <= %d", what, l2.Fence(), l.Fence())
+		}
+		if err := l2.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: waiter not woken by the release", what)
 	}
 }
 
@@ -640,28 +652,7 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 		subs, _ := dstNode.PubSubShardNumSub(ctx, ch).Result()
 		return subs[ch] == 1
 	})
-	released := time.Now()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-got:
-		l2 := r.l
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("waiter woke %v after the release", d)
-		}
-		if l2.Fence() <= l.Fence() {
-			t.Errorf("hand-over fence %d <= %d", l2.Fence(), l.Fence())
-		}
-		if err := l2.Unlock(ctx); err != nil {
-			t.Error(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken after the migration")
-	}
+	releaseAndWaitHandOver(t, l, got, "after the migration")
 	for _, h := range []*Lock{renewed, acked} {
 		if err := h.Unlock(ctx); err != nil {
 			t.Error(err)

@@ -2,17 +2,16 @@ package dlock
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
-// lockKeys are the Redis names one lock uses. The user's key is wrapped in
-// braces so that all of them share one Redis Cluster hash tag and a script
-// can touch them together. If the key itself contains '}', the tag ends
-// early, but at the same place in every name, so they still share a slot;
-// the names stay distinct because only the lock name ends with '}'. A key
-// that starts with '}' would make the tag empty, and Redis hashes a name
-// with an empty tag whole, scattering the lock's names over slots: such a
-// key gets an escape byte in front (see tagOf).
+// lockKeys are the Redis names one lock uses. The user's key, escaped by
+// backend.Tag, is wrapped in braces so that all of them share one Redis
+// Cluster hash tag and a script can touch them together. If the key itself
+// contains '}', the tag ends early, but at the same place in every name,
+// so they still share a slot; the names stay distinct because only the
+// lock name ends with '}'.
 type lockKeys struct {
 	lock    string // hash: owner token -> hold count, plus metadata fields
 	fence   string // string: the last fencing token issued
@@ -28,7 +27,7 @@ type lockKeys struct {
 // shared by every command of that lock: one allocation for the five strings
 // (each is a substring of one), one for the struct, none per command.
 func (n *node) keys(key string) *lockKeys {
-	p, t := n.prefix, tagOf(key)
+	p, t := n.prefix, backend.Tag(key)
 	all := p + "{" + t + "}:fence" + p + "{" + t + "}:queue" + p + "{" + t + "}:waiters" + p + "{" + t + "}:wake"
 	b := len(p) + len(t) + 2 // the lock's own name: prefix{tag}
 	k := &lockKeys{}
@@ -55,26 +54,4 @@ func validateKey(key string) error {
 		return fmt.Errorf("%w: key longer than %d bytes", ErrInvalidKey, maxKeyLen)
 	}
 	return nil
-}
-
-// keyEscape goes in front of a key that starts with '}' (or with keyEscape
-// itself, so that the mapping stays one-to-one), so that the hash tag of
-// its names is never empty. Keys rarely start with either byte, and no
-// other key's names change.
-const keyEscape = "\xff"
-
-// tagOf returns what goes between the braces of key's names.
-func tagOf(key string) string {
-	if strings.HasPrefix(key, "}") || strings.HasPrefix(key, keyEscape) {
-		return keyEscape + key
-	}
-	return key
-}
-
-// keyOfTag undoes tagOf.
-func keyOfTag(tag string) string {
-	if strings.HasPrefix(tag, keyEscape+"}") || strings.HasPrefix(tag, keyEscape+keyEscape) {
-		return tag[len(keyEscape):]
-	}
-	return tag
 }

@@ -31,16 +31,7 @@ func TestLocalQueueKeepsOneWaiterInRedis(t *testing.T) {
 	const n = 5
 	order := make(chan int, n+1)
 	for i := 0; i < n; i++ {
-		go func() {
-			w, err := c.Lock(ctx, "fifo")
-			if err != nil {
-				t.Error(err)
-				order <- -1
-				return
-			}
-			order <- i
-			_ = w.Unlock(ctx)
-		}()
+		lockInTurn(t, c, "fifo", i, order)
 		waitUntil(t, 5*time.Second, "local waiter "+strconv.Itoa(i), func() bool { return localWaiting(c, "fifo") == i+1 })
 	}
 	// The goroutines wait in the process: none in Redis.
@@ -49,16 +40,7 @@ func TestLocalQueueKeepsOneWaiterInRedis(t *testing.T) {
 	}
 	// Another process queues in Redis meanwhile: it is served when this
 	// process lets go of the lock, before this process's next goroutine.
-	go func() {
-		w, err := other.Lock(ctx, "fifo")
-		if err != nil {
-			t.Error(err)
-			order <- -1
-			return
-		}
-		order <- 100
-		_ = w.Unlock(ctx)
-	}()
+	lockInTurn(t, other, "fifo", 100, order)
 	waitUntil(t, 5*time.Second, "the other process to queue", func() bool { return queued(t, rdb, c, "fifo") == 1 })
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)

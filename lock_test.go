@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 func TestLockAndUnlock(t *testing.T) {
@@ -93,10 +95,10 @@ func TestFixedLeaseIsLostBeforeRedisExpiresIt(t *testing.T) {
 	deadline := c.dog.deadline(l.h)
 	// The margin is the drift at least; Redis's milliseconds round off up
 	// to 2 ms.
-	if margin := expiry.Sub(deadline); margin < drift(lease)-2*time.Millisecond {
-		t.Errorf("trusted until %v before Redis expires the key, want at least the drift margin (%v)", margin, drift(lease))
+	if margin := expiry.Sub(deadline); margin < backend.Drift(lease)-2*time.Millisecond {
+		t.Errorf("trusted until %v before Redis expires the key, want at least the drift margin (%v)", margin, backend.Drift(lease))
 	}
-	if from, to := deadline.Sub(start), deadline.Sub(granted); from < lease-drift(lease) || to > lease {
+	if from, to := deadline.Sub(start), deadline.Sub(granted); from < lease-backend.Drift(lease) || to > lease {
 		t.Errorf("trusted until %v after Lock began (%v after it returned), want the %v lease less the drift margin", from, to, lease)
 	}
 	// Redis keeps the key a while longer than the holder (the drift margin,
@@ -145,7 +147,7 @@ func TestWrongTokenCannotRelease(t *testing.T) {
 	ctx := context.Background()
 	l := mustLock(t, c, "mine")
 	k := c.keys("mine")
-	n, err := releaseScript.Run(ctx, rdb, k.all(), newToken(), 1).Int()
+	n, err := releaseScript.Run(ctx, rdb, k.all(), backend.NewToken(), 1).Int()
 	if err != nil || n != -1 {
 		t.Fatalf("release with a foreign token = %d, %v; want -1 (not held)", n, err)
 	}
@@ -303,16 +305,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	const n = 5
 	order := make(chan int, n)
 	for i := 0; i < n; i++ {
-		go func() {
-			w, err := c.Lock(ctx, "fifo")
-			if err != nil {
-				t.Error(err)
-				order <- -1
-				return
-			}
-			order <- i
-			_ = w.Unlock(ctx)
-		}()
+		lockInTurn(t, c, "fifo", i, order)
 		// Each waiter joins before the next one starts.
 		waitUntil(t, 5*time.Second, "waiter "+strconv.Itoa(i), func() bool { return queued(t, rdb, c, "fifo") == int64(i+1) })
 	}
@@ -358,7 +351,7 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	// which is good for deadTTL. Until the live waiter queues behind it,
 	// the queue's keys expire with it too, so deadTTL leaves it time to.
 	const deadTTL = 500 // ms
-	dead := newToken()
+	dead := backend.NewToken()
 	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", deadTTL, deadTTL, "dead-client").Result(); err != nil {
 		t.Fatal(err)
 	}

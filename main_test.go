@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // The test binary doubles as a worker process for the tests that need
@@ -23,21 +23,13 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
-	// Tests that stop Redis on purpose would fill the log with go-redis's
-	// reconnection messages.
-	redis.SetLogger(quietLogger{})
+	testutil.QuietRedisLog()
 	// The Example functions read REDIS_ADDR.
 	srv := redistest.StartMain()
 	os.Setenv("REDIS_ADDR", srv.Addr())
 	code := m.Run()
 	srv.Close()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testutil.Exit(code)
 }
 
 func runRole(role string) int {
@@ -121,17 +113,25 @@ func mustLock(t *testing.T, c *Client, key string, opts ...LockOption) *Lock {
 	return l
 }
 
-// waitUntil polls cond until it holds or the timeout passes: a condition
-// to wait on, not a sleep.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+// waitUntil is testutil.WaitUntil under the short name this package's
+// tests use: a condition to wait on, not a sleep.
+var waitUntil = testutil.WaitUntil
+
+// lockInTurn takes key's lock with c in a goroutine of its own, sends turn
+// on order once it holds it (-1 if Lock failed) and unlocks: the tests of
+// the queue's order read from order which waiter was served when.
+func lockInTurn(t *testing.T, c *Client, key string, turn int, order chan<- int) {
+	go func() {
+		ctx := context.Background()
+		w, err := c.Lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+			order <- -1
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		order <- turn
+		_ = w.Unlock(ctx)
+	}()
 }
 
 // queued reports how many waiters are queued for key.
@@ -142,10 +142,6 @@ func queued(t *testing.T, rdb *redis.Client, c *Client, key string) int64 {
 	}
 	return n
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // keys returns the Redis names of a lock of the Client's node backend.
 func (c *Client) keys(key string) *lockKeys { return c.be.(*node).keys(key) }

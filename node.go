@@ -29,7 +29,7 @@ type node struct {
 
 func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
 	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb), closed: make(chan struct{}),
-		batch: newBatcher(rdb), id: newToken()[:16]}
+		batch: newBatcher(rdb), id: backend.NewToken()[:16]}
 }
 
 func leaseKeys(l *backend.Lease) *lockKeys { return l.Data.(*lockKeys) }
@@ -57,7 +57,7 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, e
 	pipe := n.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	for i, r := range rs {
-		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, ms(r.TTL))
+		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL))
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -80,7 +80,7 @@ func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) 
 	if n.ack != nil {
 		return n.extendAcked(ctx, l, ttl)
 	}
-	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, ms(ttl)).Int64()
+	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, backend.Millis(ttl)).Int64()
 	return outcome(v, err), err
 }
 

@@ -44,7 +44,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	if a.r.Wait {
 		join = "1"
 	}
-	a.ttlMS, a.queueMS, a.grantMS = ms(a.r.TTL), ms(a.n.queueTTL), ms(a.grantTTL)
+	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueTTL), backend.Millis(a.grantTTL)
 	a.args = [7]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id}
 	args := a.args[:]
 	// notHeldAt is the start of the last check that found the lock held by

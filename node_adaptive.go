@@ -48,7 +48,7 @@ func (n *node) ReleaseRecording(ctx context.Context, l *backend.Lease, level int
 		return left, err
 	}
 	stats := statsKey(leaseKeys(l))
-	if rerr := holdStatsScript.Run(ctx, n.rdb, []string{stats}, max(held.Microseconds(), 0), ms(statsTTL)).Err(); rerr != nil {
+	if rerr := holdStatsScript.Run(ctx, n.rdb, []string{stats}, max(held.Microseconds(), 0), backend.Millis(statsTTL)).Err(); rerr != nil {
 		n.log.Debug("dlock: recording the hold time failed", "key", l.Key, "error", rerr)
 	}
 	return left, nil

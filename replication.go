@@ -532,7 +532,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, notHeldAt time.T
 		g, err = a.grant(fence, notHeldAt, a.grantTTL)
 		return g, true, err
 	}
-	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, ms(a.grantTTL)}}
+	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL)}}
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
 	switch {
@@ -554,7 +554,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, notHeldAt time.T
 // extension the replicas did not acknowledge returns Held with an error, so
 // that the lock keeps trusting only its previous lease.
 func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
-	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, ms(ttl)}}
+	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, backend.Millis(ttl)}}
 	n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
 	o := outcome(v, err)
@@ -570,7 +570,7 @@ func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Durat
 func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
 	calls := make([]*call, len(rs))
 	for i, r := range rs {
-		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, ms(r.TTL)}}
+		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL)}}
 	}
 	n.runAcked(ctx, calls)
 	out := make([]backend.Outcome, len(rs))

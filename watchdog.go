@@ -37,7 +37,7 @@ type hold struct {
 // sent, and less the drift margin, so it passes before Redis can expire the
 // key and hand the lock to someone else.
 func (h *hold) trust(start time.Time, d time.Duration) {
-	h.deadline = start.Add(d - drift(d))
+	h.deadline = start.Add(d - backend.Drift(d))
 	h.nextRenew = start.Add(d / 3)
 	h.slack = d / 6
 }

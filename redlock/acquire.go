@@ -50,7 +50,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		if attempt > 1 {
 			// A fresh token per attempt: a release of an earlier attempt
 			// still on its way to a slow node cannot remove this one's hold.
-			token = newToken()
+			token = backend.NewToken()
 		}
 		res := b.try(ctx, r, k, token)
 		if res.err == nil {
@@ -178,7 +178,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	start := time.Now() // before the first request: the validity counts from here
 	timeout := b.acquireTimeout(r.TTL)
 	n, q := len(b.nodes), b.quorum
-	lease := ms(r.TTL)
+	lease := backend.Millis(r.TTL)
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (acquireReply, error) {
 		v, err := acquireScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, lease, r.Meta).Slice()
 		if err != nil {
@@ -197,7 +197,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		}
 		return granted >= q
 	})
-	validity := func() time.Duration { return r.TTL - time.Since(start) - drift(r.TTL) }
+	validity := func() time.Duration { return r.TTL - time.Since(start) - backend.Drift(r.TTL) }
 
 	var granted []int
 	refused := 0

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -26,9 +26,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
-	// Tests that stop Redis on purpose would fill the log with go-redis's
-	// reconnection messages.
-	redis.SetLogger(quietLogger{})
+	testutil.QuietRedisLog()
 	// The Example functions read REDLOCK_ADDRS: three masters.
 	var addrs []string
 	var mains []*redistest.Main
@@ -42,13 +40,7 @@ func TestMain(m *testing.M) {
 	for _, srv := range mains {
 		srv.Close()
 	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testutil.Exit(code)
 }
 
 // runRole is a worker process: it increments a counter on the resource
@@ -236,18 +228,9 @@ func mustLock(t *testing.T, c *dlock.Client, key string, opts ...dlock.LockOptio
 	return l
 }
 
-// waitUntil polls cond until it holds or the timeout passes: a condition
-// to wait on, not a sleep.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitUntil is testutil.WaitUntil under the short name this package's
+// tests use: a condition to wait on, not a sleep.
+var waitUntil = testutil.WaitUntil
 
 // fencedResource is a store that, like a database checking a version
 // column, rejects writes carrying a smaller fence than one it accepted.
@@ -264,7 +247,3 @@ func (r *fencedResource) write(fence uint64, who string) error {
 	r.log = append(r.log, who)
 	return nil
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}

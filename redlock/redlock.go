@@ -57,8 +57,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -238,7 +236,8 @@ func (b *redlock) opTimeout(lease time.Duration) time.Duration {
 }
 
 // keys are the names one lock uses on every node. As in package dlock, the
-// user's key is the Redis Cluster hash tag of all of them.
+// user's key is the Redis Cluster hash tag of all of them (escaped by
+// backend.Tag if it starts with '}').
 type keys struct {
 	lock    string // hash: owner token -> hold count, ':fence', ':meta', ':at'
 	fence   string // string: the highest fencing token stored on the node
@@ -246,7 +245,7 @@ type keys struct {
 }
 
 func (b *redlock) keys(key string) keys {
-	base := b.prefix + "{" + key + "}"
+	base := b.prefix + "{" + backend.Tag(key) + "}"
 	return keys{lock: base, fence: base + ":fence", channel: base + ":wake"}
 }
 
@@ -257,24 +256,6 @@ type lockData struct {
 }
 
 func data(l *backend.Lease) *lockData { return l.Data.(*lockData) }
-
-// newToken returns 128 random bits in hex, like dlock's owner tokens.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// drift is the Redlock clock drift margin, the same as dlock's watchdog
-// takes off a lease: lease/100 + 2 ms.
-func drift(lease time.Duration) time.Duration {
-	return lease/100 + 2*time.Millisecond
-}
-
-// ms converts a duration to whole milliseconds, rounding up.
-func ms(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
 
 // sleep waits d or until ctx or the backend ends; false if they ended.
 func (b *redlock) sleep(ctx context.Context, d time.Duration) bool {

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // The tests drive the dlock binary, built once here, as a real process
@@ -31,7 +31,7 @@ var (
 const processTimeout = 45 * time.Second
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietRedisLogger{})
+	testutil.QuietRedisLog()
 	dir, err := os.MkdirTemp("", "dlock-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -51,13 +51,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	shared.Close()
 	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testutil.Exit(code)
 }
 
 // goTool finds the go command that runs these tests.
@@ -164,18 +158,9 @@ func (r result) want(t *testing.T, code int) result {
 	return r
 }
 
-// waitUntil polls cond until it holds or the timeout passes: a condition
-// to wait on, not a sleep.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitUntil is testutil.WaitUntil under the short name this package's
+// tests use: a condition to wait on, not a sleep.
+var waitUntil = testutil.WaitUntil
 
 // lockClient returns a dlock Client on addr, closed when the test ends.
 func lockClient(t *testing.T, addr string) *dlock.Client {

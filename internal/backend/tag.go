@@ -1,0 +1,32 @@
+package backend
+
+import "strings"
+
+// Every Redis name of a lock puts the user's key between braces, so that
+// all of them share one Redis Cluster hash tag and a script can touch them
+// together. If the key itself contains '}', the tag ends early, but at the
+// same place in every name, so they still share a slot. A key that starts
+// with '}' would make the tag empty, and Redis hashes a name with an empty
+// tag whole, scattering the lock's names over slots: such a key gets
+// keyEscape in front.
+
+// keyEscape goes in front of a key that starts with '}' (or with keyEscape
+// itself, so that the mapping stays one-to-one). Keys rarely start with
+// either byte, and no other key's names change.
+const keyEscape = "\xff"
+
+// Tag returns what goes between the braces of key's names.
+func Tag(key string) string {
+	if strings.HasPrefix(key, "}") || strings.HasPrefix(key, keyEscape) {
+		return keyEscape + key
+	}
+	return key
+}
+
+// KeyOfTag undoes Tag.
+func KeyOfTag(tag string) string {
+	if strings.HasPrefix(tag, keyEscape+"}") || strings.HasPrefix(tag, keyEscape+keyEscape) {
+		return tag[len(keyEscape):]
+	}
+	return tag
+}

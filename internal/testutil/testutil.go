@@ -1,0 +1,54 @@
+// Package testutil holds the helpers that the tests of several packages of
+// this module share (the library, redlock, the dlock command), so that each
+// package does not keep its own copy. It is imported by test files only.
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// pollInterval is how often WaitUntil checks its condition.
+const pollInterval = 2 * time.Millisecond
+
+// WaitUntil polls cond until it holds, and fails the test if timeout passes
+// first: tests wait on a condition, not on a sleep of a guessed length.
+// what names the condition in the failure message.
+func WaitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// QuietRedisLog silences go-redis's logger in the test binary: tests that
+// stop Redis on purpose would fill the log with its reconnection messages.
+func QuietRedisLog() { redis.SetLogger(quietLogger{}) }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// Exit ends a TestMain with the exit code of m.Run, after checking that the
+// tests left no goroutine running: a leak fails a run that passed. Call it
+// once the servers started in TestMain are closed, or the goroutines that
+// wait for them count as leaks.
+func Exit(code int) {
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
