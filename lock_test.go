@@ -179,6 +179,20 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// The counter outlives the lock by a day, not forever, including when
+	// it ran ahead of the clock (so the grant wrote last + 1).
+	k := c1.keys("fenced")
+	ahead := last + uint64(time.Hour/time.Microsecond)
+	rdb.Set(ctx, k.fence, ahead, 0)
+	l := mustLock(t, c1, "fenced")
+	if l.Fence() != ahead+1 {
+		t.Errorf("fence after a counter ahead of the clock = %d, want %d", l.Fence(), ahead+1)
+	}
+	_ = l.Unlock(ctx)
+	if ttl := rdb.PTTL(ctx, k.fence).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+		t.Errorf("fence counter expires in %v, want about 24h after the last grant", ttl)
+	}
 }
 
 func TestReentrancy(t *testing.T) {

@@ -2,7 +2,8 @@
 -- includes this file is called with the same five keys, which share one
 -- Redis Cluster hash tag:
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
---   KEYS[2] fence counter: the last fencing token issued for the lock
+--   KEYS[2] fence counter: the last fencing token issued for the lock,
+--           kept for FENCE_RETENTION_MS after the last grant
 --   KEYS[3] queue: sorted set of waiting tokens, scored by arrival
 --   KEYS[4] waiters: hash token -> "deadline_ms lease_ms client meta"
 --   KEYS[5] wake channel prefix: hand-over messages "token fence" go to
@@ -16,19 +17,26 @@ local function clock()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
+-- FENCE_RETENTION_MS is how long a fence counter outlives the last grant
+-- of its lock (24 hours): a name locked once does not stay in Redis
+-- forever. Once it has expired, the time floor of the fence (below) still
+-- makes the next fence larger than every earlier one.
+local FENCE_RETENTION_MS = 86400000
+
 -- grant makes token the holder with one hold and a fresh fencing token.
 -- The fence is max(last + 1, server time in microseconds): it increases
--- even if the counter is lost (a failover that dropped the last writes),
--- as long as the server clock does not jump back further than that.
+-- even if the counter is lost (a failover that dropped the last writes, or
+-- its expiry), as long as the server clock does not jump back further than
+-- that.
 local function grant(token, lease, meta, now_ms, now_us)
   -- One round of the counter in the common case: the clock has moved on
   -- since the last grant, so the new fence is the time, and SET ... GET
   -- returns the last one to check that.
   local fence = string.format('%.0f', now_us)
-  local last = tonumber(redis.call('SET', KEYS[2], fence, 'GET') or '0')
+  local last = tonumber(redis.call('SET', KEYS[2], fence, 'GET', 'PX', FENCE_RETENTION_MS) or '0')
   if last >= now_us then
     fence = string.format('%.0f', last + 1)
-    redis.call('SET', KEYS[2], fence)
+    redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
   end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
   redis.call('PEXPIRE', KEYS[1], lease)
