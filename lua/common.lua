@@ -3,7 +3,7 @@
 -- Redis Cluster hash tag:
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
 --   KEYS[2] fence counter: the last fencing token issued for the lock,
---           kept for FENCE_RETENTION_MS after the last grant
+--           for FENCE_RETENTION_MS from its creation
 --   KEYS[3] queue: sorted set of waiting tokens, scored by arrival
 --   KEYS[4] waiters: hash token -> "deadline_ms lease_ms client meta"
 --   KEYS[5] wake channel prefix: hand-over messages "token fence" go to
@@ -17,10 +17,10 @@ local function clock()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
--- FENCE_RETENTION_MS is how long a fence counter outlives the last grant
--- of its lock (24 hours): a name locked once does not stay in Redis
--- forever. Once it has expired, the time floor of the fence (below) still
--- makes the next fence larger than every earlier one.
+-- FENCE_RETENTION_MS is how long a fence counter lives (24 hours from its
+-- creation; the next grant starts a new one), so that a name locked once
+-- does not stay in Redis forever. A counter that expired, like one lost in
+-- a failover, is covered by the time floor of the fence (below).
 local FENCE_RETENTION_MS = 86400000
 
 -- grant makes token the holder with one hold and a fresh fencing token.
@@ -31,11 +31,14 @@ local FENCE_RETENTION_MS = 86400000
 local function grant(token, lease, meta, now_ms, now_us)
   -- One round of the counter in the common case: the clock has moved on
   -- since the last grant, so the new fence is the time, and SET ... GET
-  -- returns the last one to check that.
+  -- returns the last one to check that. KEEPTTL leaves the expiry alone
+  -- (rewriting it on every grant costs more than the rest of the SET).
   local fence = string.format('%.0f', now_us)
-  local last = tonumber(redis.call('SET', KEYS[2], fence, 'GET', 'PX', FENCE_RETENTION_MS) or '0')
-  if last >= now_us then
-    fence = string.format('%.0f', last + 1)
+  local last = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
+  if not last then
+    redis.call('PEXPIRE', KEYS[2], FENCE_RETENTION_MS)
+  elseif tonumber(last) >= now_us then
+    fence = string.format('%.0f', tonumber(last) + 1)
     redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
   end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
@@ -44,8 +47,9 @@ local function grant(token, lease, meta, now_ms, now_us)
 end
 
 -- live_head returns the first waiter whose entry has not expired, with its
--- lease, metadata and Client id, dropping the expired entries in front of it. A waiter
--- that died leaves the queue when its entry expires instead of blocking it.
+-- lease, metadata and Client id, dropping the expired entries in front of
+-- it. A waiter that died leaves the queue when its entry expires instead
+-- of blocking it.
 local function live_head(now_ms)
   while true do
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
