@@ -46,6 +46,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/metrics/internal/keygroup"
+	"github.com/dlock-go/dlock/metrics/internal/labels"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -173,21 +174,14 @@ func New(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-func mode(wait bool) string {
-	if wait {
-		return "lock"
-	}
-	return "trylock"
-}
-
 // AcquireStart counts an attempt and starts the "dlock.acquire" span.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
 	g := o.groups.Group(e.Key)
-	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(mode(e.Wait)))
+	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)))
 	o.attempts.Add(ctx, 1, attrs)
 	o.pending.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g)))
 	ctx, _ = o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.spanAttrs(e.Key, g, Mode.String(mode(e.Wait)))...))
+		trace.WithAttributes(o.spanAttrs(e.Key, g, Mode.String(labels.Mode(e.Wait)))...))
 	return ctx
 }
 
@@ -195,7 +189,7 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 	g, out := o.groups.Group(e.Key), e.Outcome.String()
 	o.pending.Add(ctx, -1, metric.WithAttributes(KeyGroup.String(g)))
-	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(mode(e.Wait)), Outcome.String(out))
+	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)), Outcome.String(out))
 	o.acquisitions.Add(ctx, 1, attrs)
 	o.wait.Record(ctx, e.WaitTime.Seconds(), attrs)
 	span := trace.SpanFromContext(ctx)
@@ -212,10 +206,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 
 // Reenter counts a re-entry and adds an event to the current span.
 func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
-	out := "reentered"
-	if e.Err != nil {
-		out = "error"
-	}
+	out := labels.ReenterOutcome(e.Err)
 	o.reentries.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Outcome.String(out)))
 	trace.SpanFromContext(ctx).AddEvent("dlock.reenter", trace.WithAttributes(Level.Int(e.Level), Outcome.String(out)))
 }

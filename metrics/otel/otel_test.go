@@ -16,8 +16,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
-	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockotel "github.com/dlock-go/dlock/metrics/otel"
 )
@@ -42,28 +40,34 @@ type point struct {
 // attributes, written "k=v,k=v" in sorted order.
 func collect(t *testing.T, r *sdkmetric.ManualReader, name string) map[string]point {
 	t.Helper()
+	return collectAll(t, r)[name]
+}
+
+// collectAll reads the metrics and returns the points of each, by metric
+// name, then by attributes as collect writes them.
+func collectAll(t *testing.T, r *sdkmetric.ManualReader) map[string]map[string]point {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]point{}
+	out := map[string]map[string]point{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
+			points := map[string]point{}
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
-					out[attrs(p.Attributes)] = point{value: float64(p.Value)}
+					points[attrs(p.Attributes)] = point{value: float64(p.Value)}
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
-					out[attrs(p.Attributes)] = point{count: float64(p.Count), sum: p.Sum}
+					points[attrs(p.Attributes)] = point{count: float64(p.Count), sum: p.Sum}
 				}
 			default:
-				t.Fatalf("%s: unexpected data %T", name, m.Data)
+				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
 			}
+			out[m.Name] = points
 		}
 	}
 	return out
@@ -129,12 +133,24 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.mode=trylock,dlock.outcome=not_obtained", 1)
 	check("dlock.acquire.pending", "dlock.key.group=invoice", 0)
 	check("dlock.releases", "dlock.key.group=order,dlock.outcome=released", 3)
+	check("dlock.releases", "dlock.key.group=invoice,dlock.outcome=released", 3) // inner, outer, waiter
 	check("dlock.reentries", "dlock.key.group=invoice,dlock.outcome=reentered", 1)
 	check("dlock.lost", "dlock.key.group=job,dlock.reason=expired", 1)
 	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order"]
 	gen.CheckHolds(holds.count, holds.sum)
-	waits := collect(t, reader, "dlock.acquire.duration")["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]
-	gen.CheckInvoiceWaits(waits.count, waits.sum)
+	waits := collect(t, reader, "dlock.acquire.duration")
+	invoice := waits["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]
+	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
+	order := waits["dlock.key.group=order,dlock.mode=lock,dlock.outcome=acquired"]
+	gen.CheckOrderWaits(order.count, order.sum)
+	// No metric attribute carries a raw key (attribute names have no ':').
+	for name, points := range collectAll(t, reader) {
+		for a := range points {
+			if strings.Contains(a, ":") {
+				t.Errorf("%s has attributes %s: a raw key", name, a)
+			}
+		}
+	}
 
 	// Spans: the orders' acquisitions and releases are children of the
 	// request; the slow acquisition lasts as long as its wait.
@@ -175,7 +191,6 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 }
 
 func TestWithoutKeyInSpans(t *testing.T) {
-	srv := redistest.Start(t)
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	defer tp.Shutdown(context.Background())
@@ -185,11 +200,7 @@ func TestWithoutKeyInSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks, err := dlock.New(srv.Client(t), dlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locks.Close()
+	locks := traffic.Start(t, obs).Locks
 	if err := locks.Do(context.Background(), "secret:1", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/metrics/internal/keygroup"
+	"github.com/dlock-go/dlock/metrics/internal/labels"
 )
 
 // Default histogram buckets, in seconds.
@@ -143,24 +144,17 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-func mode(wait bool) string {
-	if wait {
-		return "lock"
-	}
-	return "trylock"
-}
-
 // AcquireStart counts an attempt.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
 	g := o.groups.Group(e.Key)
-	o.attempts.WithLabelValues(g, mode(e.Wait)).Inc()
+	o.attempts.WithLabelValues(g, labels.Mode(e.Wait)).Inc()
 	o.inFlight.WithLabelValues(g).Inc()
 	return ctx
 }
 
 // AcquireEnd counts the outcome and observes the wait.
 func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
-	g, m, out := o.groups.Group(e.Key), mode(e.Wait), e.Outcome.String()
+	g, m, out := o.groups.Group(e.Key), labels.Mode(e.Wait), e.Outcome.String()
 	o.inFlight.WithLabelValues(g).Dec()
 	o.acquisitions.WithLabelValues(g, m, out).Inc()
 	o.wait.WithLabelValues(g, m, out).Observe(e.WaitTime.Seconds())
@@ -168,10 +162,7 @@ func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
 
 // Reenter counts a re-entry.
 func (o *Observer) Reenter(_ context.Context, e dlock.ReenterEvent) {
-	out := "reentered"
-	if e.Err != nil {
-		out = "error"
-	}
+	out := labels.ReenterOutcome(e.Err)
 	o.reentries.WithLabelValues(o.groups.Group(e.Key), out).Inc()
 }
 

@@ -161,6 +161,17 @@ func (g *Generator) CheckHolds(count, sum float64) {
 	}
 }
 
+// CheckOrderWaits fails the test unless the wait histogram of group
+// "order", mode lock, outcome acquired (count and sum in seconds) shows the
+// 3 short waits that Orders made: nothing waited for those locks, so their
+// sum is above zero and well under a second.
+func (g *Generator) CheckOrderWaits(count, sum float64) {
+	g.t.Helper()
+	if count != 3 || sum <= 0 || sum > 1 {
+		g.t.Errorf("wait histogram of order: count %v, sum %v s; want 3 short waits", count, sum)
+	}
+}
+
 // CheckInvoiceWaits fails the test unless the wait histogram of group
 // "invoice", mode lock, outcome acquired (count and sum in seconds) shows
 // the 2 acquisitions Contend made, one of them waiting Wait or more.

@@ -1,0 +1,20 @@
+package labels
+
+import (
+	"errors"
+	"testing"
+)
+
+// The values are part of both metrics packages' documented output.
+func TestValues(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{Mode(true), "lock"},
+		{Mode(false), "trylock"},
+		{ReenterOutcome(nil), "reentered"},
+		{ReenterOutcome(errors.New("boom")), "error"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
