@@ -235,10 +235,70 @@ func TestWrongTypeKey(t *testing.T) {
 	if rdb.Get(ctx, c.keys("str").lock).Val() != "not a lock" {
 		t.Error("the foreign value was changed")
 	}
-	rdb.Set(ctx, c.keys("fence").fence, "x", 0)
-	rdb.HSet(ctx, c.keys("fence").fence+"x", "a", 1)
-	if _, err := c.TryLock(ctx, "fence"); err == nil {
-		t.Error("TryLock with a corrupt fence counter succeeded")
+	rdb.HSet(ctx, c.keys("fence").fence, "a", 1)
+	if _, err := c.TryLock(ctx, "fence"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("TryLock with a fence counter of the wrong type = %v, want ErrWrongType", err)
+	}
+	if n := rdb.Exists(ctx, c.keys("fence").lock).Val(); n != 0 {
+		t.Error("a lock was written beside a fence counter of the wrong type")
+	}
+}
+
+// A fence counter that is not a number (written by hand) starts again from
+// the server clock, the floor that covers a lost counter, also when the
+// grant is a hand-over, which must not stop half done.
+func TestCorruptFenceCounter(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("corrupt")
+	l := mustLock(t, c, "corrupt")
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := newClientOn(t, rdb).Lock(ctx, "corrupt")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	handed := func() *Lock {
+		select {
+		case w := <-got:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatal("no hand-over within 10s")
+			return nil
+		}
+	}
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "corrupt") == 1 })
+	for _, bad := range []string{"x", "inf", "1e300"} {
+		rdb.Set(ctx, k.fence, bad, 0)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("counter %q: Unlock = %v", bad, err)
+		}
+		w := handed()
+		if w == nil {
+			return
+		}
+		if w.Fence() <= l.Fence() {
+			t.Errorf("counter %q: handed-over fence %d <= previous %d", bad, w.Fence(), l.Fence())
+		}
+		if ttl := rdb.PTTL(ctx, k.fence).Val(); ttl <= 23*time.Hour {
+			t.Errorf("counter %q: the repaired counter expires in %v, want about 24h", bad, ttl)
+		}
+		// The next round: w holds the lock, a new waiter queues behind it.
+		l = w
+		go func() {
+			w, err := newClientOn(t, rdb).Lock(ctx, "corrupt")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		waitUntil(t, 5*time.Second, "the next waiter to queue", func() bool { return queued(t, rdb, c, "corrupt") == 1 })
+	}
+	_ = l.Unlock(ctx)
+	if w := handed(); w != nil {
+		_ = w.Unlock(ctx)
 	}
 }
 

@@ -17,10 +17,11 @@ local function clock()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
--- FENCE_RETENTION_MS is how long a fence counter lives (24 hours from its
--- creation; the next grant starts a new one), so that a name locked once
--- does not stay in Redis forever. A counter that expired, like one lost in
--- a failover, is covered by the time floor of the fence (below).
+-- FENCE_RETENTION_MS is how long a fence counter lives: 24 hours from its
+-- creation (a grant that finds it ahead of the clock starts the 24 hours
+-- again), after which the next grant starts a new one. So a name locked
+-- once does not stay in Redis forever. A counter that expired, like one
+-- lost in a failover, is covered by the time floor of the fence (below).
 local FENCE_RETENTION_MS = 86400000
 
 -- grant makes token the holder with one hold and a fresh fencing token.
@@ -33,12 +34,18 @@ local function grant(token, lease, meta, now_ms, now_us)
   -- since the last grant, so the new fence is the time, and SET ... GET
   -- returns the last one to check that. KEEPTTL leaves the expiry alone
   -- (rewriting it on every grant costs more than the rest of the SET).
+  -- A counter of the wrong type fails here, before anything is written.
   local fence = string.format('%.0f', now_us)
   local last = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
-  if not last then
+  last = last and tonumber(last)
+  if not last or last ~= last or last >= 2^53 then
+    -- A new counter, or one that is not a number a fence can follow (a
+    -- value written by hand): it starts again from the clock, the floor
+    -- that already covers a lost counter. Failing instead would leave a
+    -- release that hands over half done.
     redis.call('PEXPIRE', KEYS[2], FENCE_RETENTION_MS)
-  elseif tonumber(last) >= now_us then
-    fence = string.format('%.0f', tonumber(last) + 1)
+  elseif last >= now_us then
+    fence = string.format('%.0f', last + 1)
     redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
   end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)

@@ -13,11 +13,18 @@ func TestKeyStartingWithBrace(t *testing.T) {
 	c := cl.patientLocker(t)
 	ctx := context.Background()
 	l := mustLock(t, c, "}odd")
-	escaped := lockKey("\xff}odd")
-	if n := cl.rdbs[0].Exists(ctx, escaped, escaped+":fence").Val() +
-		cl.rdbs[1].Exists(ctx, escaped, escaped+":fence").Val() +
-		cl.rdbs[2].Exists(ctx, escaped, escaped+":fence").Val(); n < 4 {
-		t.Errorf("%d of the escaped names %q and its fence exist on the nodes, want a majority of both", n, escaped)
+	escaped, unescaped := lockKey("\xff}odd"), lockKey("}odd")
+	var locks, fences int
+	for i, rdb := range cl.rdbs {
+		locks += int(rdb.Exists(ctx, escaped).Val())
+		fences += int(rdb.Exists(ctx, escaped+":fence").Val())
+		if names := rdb.Keys(ctx, unescaped+"*").Val(); len(names) != 0 {
+			t.Errorf("node %d holds the unescaped names %q", i, names)
+		}
+	}
+	if majority := len(cl.rdbs)/2 + 1; locks < majority || fences < majority {
+		t.Errorf("%q exists on %d nodes and its fence on %d, want both on at least %d of %d",
+			escaped, locks, fences, majority, len(cl.rdbs))
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)

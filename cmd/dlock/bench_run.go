@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // bencher is one run of `dlock bench`.
@@ -242,7 +243,8 @@ func perOp(n, ops int64) float64 {
 }
 
 // cleanup deletes the fence counters the bench left (they outlive their
-// locks by design; their names are documented in the README).
+// locks by design, and expire 24 hours after their creation; their names
+// are documented in the README).
 func (b *bencher) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
@@ -251,7 +253,7 @@ func (b *bencher) cleanup() {
 		keys = append(keys, b.uncontendedKey(i))
 	}
 	for _, k := range keys {
-		_ = b.c.rdb.Del(ctx, b.conn.prefix+"{"+k+"}:fence").Err()
+		_ = b.c.rdb.Del(ctx, b.conn.prefix+"{"+backend.Tag(k)+"}:fence").Err()
 	}
 }
 

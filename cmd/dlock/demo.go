@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // demoFlags are the flags of `dlock demo`.
@@ -159,9 +161,10 @@ func (d *demo) cleanup() {
 		_ = d.c.rdb.Del(ctx, k).Err()
 	}
 	for _, k := range []string{d.lockName("counter"), d.lockName("fenced")} {
-		// The fence counter outlives its lock, by design: it is named as
-		// documented in the README ("How it works").
-		_ = d.c.rdb.Del(ctx, d.conn.prefix+"{"+k+"}:fence").Err()
+		// The fence counter outlives its lock, by design, and expires 24
+		// hours after its creation: it is named as documented in the
+		// README ("How it works").
+		_ = d.c.rdb.Del(ctx, d.conn.prefix+"{"+backend.Tag(k)+"}:fence").Err()
 	}
 }
 

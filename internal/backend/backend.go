@@ -4,7 +4,9 @@
 // itself) or a Redlock quorum of independent masters (package redlock).
 //
 // It is internal so that the seam can change without breaking users: the
-// public API stays dlock.Client and dlock.Lock whatever the store.
+// public API stays dlock.Client and dlock.Lock whatever the store. It also
+// holds what both stores must agree on: owner tokens, the drift margin,
+// milliseconds for Redis, and the hash tag a key's Redis names share.
 package backend
 
 import (

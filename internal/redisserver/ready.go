@@ -21,15 +21,21 @@ const (
 )
 
 // waitReady polls the server until it answers, it exits, ctx ends or
-// readyTimeout passes. The errors quote the end of the server log.
-func (s *Server) waitReady(ctx context.Context, logPath string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+// readyTimeout passes; it authenticates with password if that is not
+// empty. The errors quote the end of the server log; if the server exited
+// because its port was taken, the error wraps errPortInUse.
+func (s *Server) waitReady(ctx context.Context, logPath, password string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: password, MaxRetries: -1})
 	defer func() { _ = rdb.Close() }()
 	deadline := time.Now().Add(readyTimeout)
 	for !s.answers(ctx, rdb) {
 		select {
 		case <-s.done:
-			return fmt.Errorf("it exited at once: %s", logTail(logPath))
+			err := fmt.Errorf("it exited at once: %s", logTail(logPath))
+			if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "Address already in use") {
+				err = fmt.Errorf("%w: %w", errPortInUse, err)
+			}
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(pollInterval):

@@ -246,8 +246,9 @@ func (s *Server) Running() bool {
 }
 
 // Client returns a new go-redis client for this server, closed in t.Cleanup.
-// Options are go-redis defaults; build your own redis.Options with Addr() if
-// you need different timeouts.
+// Options are go-redis defaults, without a password: a test that sets
+// requirepass, or needs different timeouts, builds its own redis.Options
+// with Addr().
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr()})

@@ -1,6 +1,7 @@
 // Package testutil holds the helpers that the tests of several packages of
 // this module share (the library, redlock, the dlock command), so that each
-// package does not keep its own copy. It is imported by test files only.
+// package does not keep its own copy. Only test code imports it (test files,
+// and metrics/internal/traffic, the metrics tests' shared lock traffic).
 package testutil
 
 import (

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 const (
@@ -33,6 +34,9 @@ const (
 	// lock. Tests bound the sum of the wait histogram with it;
 	// CheckInvoiceWaits does.
 	Wait = 50 * time.Millisecond
+	// waitTimeout bounds each wait for a condition (a waiter queued, a
+	// metric moved): past it the test fails.
+	waitTimeout = 5 * time.Second
 )
 
 // Generator drives lock traffic through one dlock.Client. The steps are
@@ -104,7 +108,7 @@ func (g *Generator) Contend(pending func() float64) {
 		}
 		got <- err
 	}()
-	g.waitFor("the waiter to queue", func() bool {
+	testutil.WaitUntil(g.t, waitTimeout, "the waiter to queue", func() bool {
 		return g.rdb.ZCard(ctx, "dlock:{invoice:7}:queue").Val() == 1
 	})
 	if n := pending(); n != 1 {
@@ -115,7 +119,9 @@ func (g *Generator) Contend(pending func() float64) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	_ = inner.Unlock(ctx)
+	if err := inner.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
 	if err := held.Unlock(ctx); err != nil {
 		g.t.Fatal(err)
 	}
@@ -140,14 +146,16 @@ func (g *Generator) RenewAndLose(renewals, lost func() float64) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	g.waitFor("two renewals", func() bool { return renewals() >= 2 })
-	_ = renewed.Unlock(ctx)
+	testutil.WaitUntil(g.t, waitTimeout, "two renewals", func() bool { return renewals() >= 2 })
+	if err := renewed.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
 	short, err := g.Locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	<-short.Done()
-	g.waitFor("the loss to be counted", func() bool { return lost() == 1 })
+	testutil.WaitUntil(g.t, waitTimeout, "the loss to be counted", func() bool { return lost() == 1 })
 	_ = short.Unlock(ctx)
 }
 
@@ -179,18 +187,5 @@ func (g *Generator) CheckInvoiceWaits(count, sum float64) {
 	g.t.Helper()
 	if count != 2 || sum < Wait.Seconds() {
 		g.t.Errorf("wait histogram of invoice: count %v, sum %v s; want 2 waits, one of %v or more", count, sum, Wait)
-	}
-}
-
-// waitFor polls cond until it holds, and fails the test if it does not
-// within 5 seconds.
-func (g *Generator) waitFor(what string, cond func() bool) {
-	g.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			g.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
