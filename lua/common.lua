@@ -53,19 +53,23 @@ local function grant(token, lease, meta, now_ms, now_us)
   return fence
 end
 
--- live_head returns the first waiter whose entry has not expired, with its
--- lease, metadata and Client id, dropping the expired entries in front of
--- it. A waiter that died leaves the queue when its entry expires instead
--- of blocking it.
+-- waiter returns the lease, metadata and Client id of head's queue entry,
+-- or nil if the entry has expired: a waiter that died leaves the queue
+-- when its entry expires instead of blocking it.
+local function waiter(head, now_ms)
+  local entry = redis.call('HGET', KEYS[4], head)
+  if not entry then return nil end
+  local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) (%S+) (.*)$')
+  if deadline and tonumber(deadline) > now_ms then return lease, meta, client end
+  return nil
+end
+
+-- live_head returns the first waiter whose entry has not expired, dropping
+-- the expired entries in front of it, and leaves it queued.
 local function live_head(now_ms)
   while true do
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    if not head then return nil end
-    local entry = redis.call('HGET', KEYS[4], head)
-    if entry then
-      local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) (%S+) (.*)$')
-      if deadline and tonumber(deadline) > now_ms then return head, lease, meta, client end
-    end
+    if not head or waiter(head, now_ms) then return head end
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
   end
@@ -87,20 +91,28 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
 
--- hand_over gives the free lock to the live head of the queue, if any, and
+-- hand_over gives the free lock to the first live waiter, if any, and
 -- tells that waiter's Client alone, on its own channel, so the new holder
--- needs no further round trip.
+-- needs no further round trip. Expired entries in front are dropped. It
+-- takes the clock if the caller has not: a release with nobody queued
+-- costs one ZPOPMIN, nothing more.
 local function hand_over(now_ms, now_us)
-  local head, lease, meta, client = live_head(now_ms)
-  if not head then return nil end
-  dequeue(head)
-  local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
-  local channel = KEYS[5] .. ':' .. client
-  -- Sharded pub/sub keeps the message on the lock's shard; servers before
-  -- 7.0 lack it and get the classic command.
-  local sent = redis.pcall('SPUBLISH', channel, msg)
-  if type(sent) == 'table' and sent.err then
-    redis.call('PUBLISH', channel, msg)
+  while true do
+    local head = redis.call('ZPOPMIN', KEYS[3])[1]
+    if not head then return nil end
+    if not now_ms then now_ms, now_us = clock() end
+    local lease, meta, client = waiter(head, now_ms)
+    redis.call('HDEL', KEYS[4], head)
+    if lease then
+      local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
+      local channel = KEYS[5] .. ':' .. client
+      -- Sharded pub/sub keeps the message on the lock's shard; servers
+      -- before 7.0 lack it and get the classic command.
+      local sent = redis.pcall('SPUBLISH', channel, msg)
+      if type(sent) == 'table' and sent.err then
+        redis.call('PUBLISH', channel, msg)
+      end
+      return head
+    end
   end
-  return head
 end

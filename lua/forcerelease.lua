@@ -7,5 +7,5 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[3]) == 1 then hand_over(clock()) end
+hand_over()
 return 1

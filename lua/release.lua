@@ -16,5 +16,5 @@ if keep > 0 then
   return keep
 end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[3]) == 1 then hand_over(clock()) end
+hand_over()
 return 0
