@@ -32,10 +32,11 @@ import (
 // a slot migration the keys that moved are on the importing master, which
 // serves them only so), else after the client reloaded its slot map.
 
-// ErrNotReplicated means that fewer replicas than WithReplicaAck asks for acknowledged
-// a lock's grant or extension within its timeout. With FailClosed, Lock and
-// TryLock return it after releasing the lock again, and Extend returns it
-// (the lease is then trusted only as far as the last acknowledged one).
+// ErrNotReplicated means that fewer replicas than WithReplicaAck asks for
+// acknowledged a lock's grant or extension within its timeout. With
+// FailClosed, Lock and TryLock return it after releasing the lock again,
+// and Extend returns it (the lease is then trusted only as far as the last
+// acknowledged one).
 var ErrNotReplicated = errors.New("dlock: lock write not acknowledged by enough replicas")
 
 // ReplicaPolicy says what a Client does with a lock write that fewer
