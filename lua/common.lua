@@ -34,7 +34,8 @@ local function grant(token, lease, meta, now_ms, now_us)
   -- since the last grant, so the new fence is the time, and SET ... GET
   -- returns the last one to check that. KEEPTTL leaves the expiry alone
   -- (rewriting it on every grant costs more than the rest of the SET).
-  -- A counter of the wrong type fails here, before anything is written.
+  -- A counter of the wrong type (an operator's mistake) fails the script
+  -- here; when a free lock is being taken, nothing has been written yet.
   local fence = string.format('%.0f', now_us)
   local last = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
   last = last and tonumber(last)
