@@ -20,6 +20,10 @@ var forwardedSignals = []os.Signal{
 	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
 }
 
+// canSupervise reports whether `run` can start and signal a command here:
+// it can on every Unix system (see notunix.go for the others).
+func canSupervise() error { return nil }
+
 // child is the command `run` started.
 type child struct {
 	cmd *exec.Cmd

@@ -124,6 +124,9 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 
 // run is `dlock run`: lock, run, release.
 func (a *app) run(f runFlags, key string, argv []string) error {
+	if err := canSupervise(); err != nil {
+		return exitf(exitFailure, "run %v", err) // before taking any lock
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
