@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // bencher is one run of `dlock bench`.
@@ -255,7 +254,7 @@ func (b *bencher) cleanup() {
 		keys = append(keys, b.uncontendedKey(i))
 	}
 	for _, k := range keys {
-		_ = b.c.rdb.Del(ctx, b.conn.prefix+"{"+backend.Tag(k)+"}:fence").Err()
+		_ = b.c.rdb.Del(ctx, b.conn.prefix+"{"+k+"}:fence").Err() // k starts with "bench-", never '}'
 	}
 }
 

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // demoFlags are the flags of `dlock demo`.
@@ -164,7 +162,7 @@ func (d *demo) cleanup() {
 		// The fence counter outlives its lock, by design, and expires 24
 		// hours after its creation: it is named as documented in the
 		// README ("How it works").
-		_ = d.c.rdb.Del(ctx, d.conn.prefix+"{"+backend.Tag(k)+"}:fence").Err()
+		_ = d.c.rdb.Del(ctx, d.conn.prefix+"{"+k+"}:fence").Err() // k never starts with '}'
 	}
 }
 
