@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestLockAndUnlock(t *testing.T) {
@@ -271,36 +272,72 @@ func TestUnlockRetryAfterLostReply(t *testing.T) {
 	}
 }
 
+// A release wakes its waiter by the hand-over message, however the server
+// lets dlock publish it: the waiter's subscription must match what the
+// release script manages to send.
 func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
-	// Waiters re-check only every 20 s here: a prompt wake-up can only
-	// come from the hand-over message.
-	c1, rdb, _ := newTestClient(t, WithQueueTTL(time.Minute))
-	c2 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *redis.Client
+	}{
+		{"sharded pub/sub", func(t *testing.T) *redis.Client { return redistest.Start(t).Client(t) }},
+		{"COMMAND renamed away", func(t *testing.T) *redis.Client {
+			return redistest.Start(t, redistest.WithConfig("rename-command", "COMMAND", "")).Client(t)
+		}},
+		// As on a server before 7.0: the script falls back to PUBLISH.
+		{"no SPUBLISH", func(t *testing.T) *redis.Client {
+			return redistest.Start(t, redistest.WithConfig("rename-command", "SPUBLISH", "")).Client(t)
+		}},
+		{"SPUBLISH denied by an ACL", func(t *testing.T) *redis.Client {
+			srv := redistest.Start(t)
+			if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-spublish").Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
+			t.Cleanup(func() { rdb.Close() })
+			return rdb
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := tc.start(t)
+			// Waiters re-check only every 20 s here: a prompt wake-up can
+			// only come from the hand-over message.
+			c1 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+			c2 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+			handOverWakesWaiter(t, rdb, c1, c2)
+		})
+	}
+}
+
+func handOverWakesWaiter(t *testing.T, rdb *redis.Client, c1, c2 *Client) {
 	ctx := context.Background()
 	l := mustLock(t, c1, "wake")
-	got := make(chan *Lock, 1)
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1) // the goroutine never blocks, even after a failed test
 	go func() {
 		l2, err := c2.Lock(ctx, "wake", WithRetry(FixedRetry(time.Hour, 0)))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
+		got <- result{l2, err}
 	}()
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
 	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
-		ch := c1.keys("wake").channel + ":" + c2.be.(*node).id
-		n, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
-		return n[ch] == 1
+		c2.be.(*node).wake.mu.Lock()
+		defer c2.be.(*node).wake.mu.Unlock()
+		cs := c2.be.(*node).wake.channels[c2.wakeChannel("wake")]
+		return cs != nil && cs.isReady
 	})
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case l2 := <-got:
-		if l2 == nil {
-			return
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
+		l2 := r.l
 		if d := time.Since(released); d > time.Second {
 			t.Errorf("waiter woke %v after release", d)
 		}
@@ -314,6 +351,38 @@ func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not woken by the release")
 	}
+}
+
+// Clients may have different queue TTLs. A waiter with a short one must not
+// shorten the queue's life below an earlier waiter's entry: the queue would
+// expire under it, and a newcomer could take the lock ahead of it.
+func TestShortQueueTTLKeepsEarlierWaiters(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	patient := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	hasty := newClientOn(t, rdb, WithQueueTTL(time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := mustLock(t, holder, "qttl")
+	defer l.Unlock(context.Background())
+	done := make(chan struct{}, 2)
+	for i, c := range []*Client{patient, hasty} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if _, err := c.Lock(ctx, "qttl"); !errors.Is(err, context.Canceled) {
+				t.Errorf("Lock = %v, want it to wait until cancelled", err)
+			}
+		}()
+		waitUntil(t, 5*time.Second, "waiter "+strconv.Itoa(i), func() bool { return queued(t, rdb, holder, "qttl") == int64(i+1) })
+	}
+	k := holder.keys("qttl")
+	for _, name := range []string{k.queue, k.waiters} {
+		if ttl := rdb.PTTL(ctx, name).Val(); ttl < 30*time.Second {
+			t.Errorf("%s expires in %v, before the first waiter's entry (1 min)", name, ttl)
+		}
+	}
+	cancel()
+	<-done
+	<-done
 }
 
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {

@@ -105,7 +105,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			delay = min(delay, pttl+time.Millisecond)
 		}
 		if wt == nil {
-			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel+":"+a.n.id, a.r.Token); err != nil {
+			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel+":"+a.n.id, a.r.Token, start); err != nil {
 				wt = nil // wait by the timer alone
 				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "error", err)
 			}

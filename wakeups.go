@@ -49,6 +49,12 @@ type channelSubs struct {
 	// still subscribed the hand-over can arrive in between.
 	early      map[string]uint64
 	earlyOrder []string // oldest first, to bound early
+
+	// lost is when messages on the channel were last possibly missed (the
+	// connection dropped, or the subscription came back). The nudges sent
+	// then reach only the waiters registered at the time; a waiter whose
+	// check is older than lost registers too late for them.
+	lost time.Time
 }
 
 // maxEarly bounds the hand-overs a channel remembers for waiters yet to
@@ -77,8 +83,13 @@ func newWakeups(rdb redis.UniversalClient) *wakeups {
 // subscribe registers token as waiting on channel. The returned waiter's
 // ready channel closes once messages on channel are certain to arrive; a
 // hand-over that happened before that must be found by checking again.
-func (w *wakeups) subscribe(ctx context.Context, channel, token string) (*waiter, error) {
-	sharded := w.hasSharded(ctx)
+// checked is when the waiter's last check started: if messages may have
+// been missed since, the waiter is nudged at once.
+func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked time.Time) (*waiter, error) {
+	sharded, err := w.hasSharded(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -120,6 +131,9 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string) (*waiter
 		ready:   cs.ready,
 	}
 	cs.waiters[token] = wt
+	if !cs.lost.IsZero() && !cs.lost.Before(checked) {
+		wt.nudge <- struct{}{}
+	}
 	if fence, ok := cs.early[token]; ok {
 		delete(cs.early, token)
 		wt.granted <- fence
@@ -127,23 +141,29 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string) (*waiter
 	return wt, nil
 }
 
-// hasSharded asks the server once whether it has sharded pub/sub (7.0+).
-func (w *wakeups) hasSharded(ctx context.Context) bool {
+// hasSharded asks the server once whether hand-overs come by sharded
+// pub/sub. The scripts use SPUBLISH if it works and PUBLISH if it fails
+// (a server before 7.0 or a renamed command: unknown; an ACL: NOPERM), so
+// the question is put to SPUBLISH itself, on the channel about to be
+// subscribed (an empty message, which dispatch ignores). Any other failure
+// (the server unreachable or loading) is an error, never a guess: the
+// wrong kind of subscription would miss every hand-over.
+func (w *wakeups) hasSharded(ctx context.Context, channel string) (bool, error) {
 	w.mu.Lock()
 	known := w.sharded
 	w.mu.Unlock()
 	if known != nil {
-		return *known
+		return *known, nil
 	}
-	info, err := w.rdb.Do(ctx, "COMMAND", "INFO", "SSUBSCRIBE").Slice()
-	if err != nil {
-		return false // ask again next time
+	err := w.rdb.SPublish(ctx, channel, "").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "ERR unknown command") && !strings.HasPrefix(err.Error(), "NOPERM") {
+		return false, err
 	}
-	yes := len(info) == 1 && info[0] != nil
+	yes := err == nil
 	w.mu.Lock()
 	w.sharded = &yes
 	w.mu.Unlock()
-	return yes
+	return yes, nil
 }
 
 // shardFor returns the connection to subscribe channel on. Called with mu held.
@@ -267,6 +287,7 @@ func (w *wakeups) markReady(channel string) {
 	default:
 		// Subscribed again (after a reconnection or a slot move):
 		// hand-overs sent while it was not may be missed.
+		cs.lost = time.Now()
 		for _, wt := range cs.waiters {
 			select {
 			case wt.nudge <- struct{}{}:
@@ -318,6 +339,7 @@ func (w *wakeups) nudgeAll(sh *shard) {
 		if cs.shard != sh {
 			continue
 		}
+		cs.lost = time.Now()
 		for _, wt := range cs.waiters {
 			select {
 			case wt.nudge <- struct{}{}:

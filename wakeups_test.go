@@ -15,7 +15,7 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 	w := c.be.(*node).wake
 	ch := c.keys("early").channel
 
-	first, err := w.subscribe(ctx, ch, "first")
+	first, err := w.subscribe(ctx, ch, "first", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 		_, ok := w.channels[ch].early["late"]
 		return ok
 	})
-	late, err := w.subscribe(ctx, ch, "late")
+	late, err := w.subscribe(ctx, ch, "late", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,5 +43,58 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 		}
 	default:
 		t.Fatal("a hand-over that arrived before the waiter registered was lost")
+	}
+}
+
+// A waiter registers after its check joined the queue. If the pub/sub
+// connection dropped in between, a hand-over sent while it was down is
+// gone, and the nudges sent on reconnection reached only the waiters
+// registered then: the late one must be told to check again at once.
+func TestReconnectBeforeWaiterRegisters(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	w := c.be.(*node).wake
+	ch := c.keys("gap").channel
+
+	first, err := w.subscribe(ctx, ch, "first", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-first.ready
+	first.leave() // the channel lingers, subscribed
+
+	checked := time.Now() // the late waiter's check starts
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost := func() time.Time {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.channels[ch].lost
+	}
+	waitUntil(t, 5*time.Second, "the drop to be noticed", func() bool { return lost().After(checked) })
+	dropped := lost()
+	waitUntil(t, 5*time.Second, "the subscription to come back", func() bool { return lost().After(dropped) })
+	late, err := w.subscribe(ctx, ch, "late", checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.leave()
+	select {
+	case <-late.nudge:
+	default:
+		t.Fatal("a waiter whose check began before the connection dropped was not told to check again")
+	}
+
+	// A check that began after the loss saw every hand-over made before it.
+	fresh, err := w.subscribe(ctx, ch, "fresh", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.leave()
+	select {
+	case <-fresh.nudge:
+		t.Error("a waiter that checked after the loss was nudged for nothing")
+	default:
 	}
 }

@@ -88,8 +88,13 @@ end
 local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, token)
   redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. client .. ' ' .. meta)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
+  -- The keys must outlive every entry, and Clients may have different
+  -- queue TTLs: never shorten their life. Both always get the same expiry
+  -- here, so the queue's tells (-1 if it was just created).
+  if redis.call('PTTL', KEYS[3]) < ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[4], ttl)
+  end
 end
 
 -- hand_over gives the free lock to the first live waiter, if any, and
