@@ -22,7 +22,7 @@ type wakeups struct {
 
 	mu       sync.Mutex
 	closed   bool
-	sharded  *bool // does the server have SSUBSCRIBE; nil until asked
+	sharded  *bool // do hand-overs come by SPUBLISH; nil until asked
 	shards   map[string]*shard
 	channels map[string]*channelSubs
 }
