@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -35,8 +36,8 @@ type Client struct {
 // New returns a Client using rdb, which stays owned by the caller (Close
 // does not close it).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
-		return nil, ErrNilClient
+	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, ErrNilClient // a typed nil (a nil *redis.Client) too
 	}
 	return newClient(func(s backend.Settings) (backend.Backend, error) {
 		return newReplicatedNode(rdb, s, opts)
@@ -128,14 +129,28 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{c, key}, l.h))
 	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	release := func() error {
+		stop()
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer ucancel()
+		defer cancel(ErrReleased)
+		return l.Unlock(uctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			// Release before the panic goes on: whoever recovers it
+			// (net/http does) would otherwise leave the lock held and
+			// renewed until the Client closes.
+			_ = release()
+		}
+	}()
 	err = fn(fctx)
+	panicked = false
 	stop()
 	lost := l.Context().Err() != nil
 	lostCause := context.Cause(l.Context())
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	uerr := l.Unlock(uctx)
-	ucancel()
-	cancel(ErrReleased)
+	uerr := release()
 	switch {
 	case err != nil:
 		return err

@@ -189,6 +189,10 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, ErrNilClient) {
 		t.Errorf("New(nil) = %v", err)
 	}
+	var typedNil *redis.Client
+	if _, err := New(typedNil); !errors.Is(err, ErrNilClient) {
+		t.Errorf("New((*redis.Client)(nil)) = %v", err)
+	}
 	if _, err := New(rdb, WithPrefix("")); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("empty prefix = %v", err)
 	}

@@ -73,15 +73,21 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.live(); err != nil {
 		return err
 	}
+	if l.Degraded() {
+		return redisError("extend", l.Key(), ErrDegraded)
+	}
+	if err := l.c.dog.claim(ctx, l.h); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
+	}
 	start := time.Now()
-	o, err := l.c.beFor(l.h).Extend(ctx, l.h.lease, ttl)
+	o, err := l.c.be.Extend(ctx, l.h.lease, ttl)
+	l.c.dog.extended(l.h, start, ttl, o, err)
 	if err != nil {
 		return redisError("extend", l.Key(), err)
 	}
 	if o != backend.Held {
 		return l.lost("extend")
 	}
-	l.c.dog.extended(l.h, start, ttl)
 	return nil
 }
 
@@ -112,6 +118,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}
 	wasLive := l.h.ctx.Err() == nil
+	if l.level == 1 {
+		l.c.dog.releasing(l.h)
+	}
 	left, err := l.c.release(ctx, l.h, l.level) // hooks.go
 	if err != nil {
 		l.unsure = true

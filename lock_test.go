@@ -516,6 +516,25 @@ func TestDo(t *testing.T) {
 	if !errors.Is(err, ErrLockLost) {
 		t.Errorf("Do whose lock was lost = %v, want ErrLockLost", err)
 	}
+
+	// A panic in fn goes on to the caller, and the lock is released on the
+	// way: if it is recovered (net/http does), the lock must not stay held
+	// and renewed until the Client closes.
+	var fnCtx context.Context
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want fn's panic", r)
+			}
+		}()
+		_ = c.Do(ctx, "job", func(ctx context.Context) error { fnCtx = ctx; panic("boom") })
+	}()
+	if rdb.Exists(ctx, c.keys("job").lock).Val() != 0 {
+		t.Error("the lock is still held after fn panicked")
+	}
+	if cause := context.Cause(fnCtx); !errors.Is(cause, ErrReleased) {
+		t.Errorf("fn's context ended with %v, want ErrReleased", cause)
+	}
 }
 
 func TestWatchdogRenewsUntilUnlock(t *testing.T) {

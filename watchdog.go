@@ -29,7 +29,9 @@ type hold struct {
 	deadline   time.Time     // the lease can be trusted before this instant
 	nextRenew  time.Time
 	slack      time.Duration // how early a renewal may go to share a round trip
-	busy       bool          // a renewal is in flight
+	busy       bool          // a renewal or an Extend is in flight
+	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
+	releasing  bool          // Unlock of the outermost level has begun
 }
 
 // trust records that Redis granted or reset a lease of d at some instant
@@ -108,14 +110,71 @@ func (w *watchdog) remove(h *hold) {
 	w.mu.Unlock()
 }
 
-// extended records a successful Extend: the new lease is trusted from start
-// and becomes the lease the watchdog keeps renewing.
-func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration) {
+// claim waits until no renewal of h is under way and marks h busy, so that
+// no renewal starts until extended: an Extend and a renewal must not race,
+// since whichever ran last in Redis sets the lease, but the reply read last
+// would set the deadline.
+func (w *watchdog) claim(ctx context.Context, h *hold) error {
 	w.mu.Lock()
-	h.ttl = ttl
-	h.trust(start, ttl)
+	for h.busy {
+		if h.idle == nil {
+			h.idle = make(chan struct{})
+		}
+		idle := h.idle
+		w.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	h.busy = true
+	w.mu.Unlock()
+	return nil
+}
+
+// finish ends a renewal or an Extend of h. Called with mu held.
+func (w *watchdog) finish(h *hold) {
+	h.busy = false
+	if h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
+}
+
+// extended ends an Extend to ttl begun at start (after claim). A lease
+// Redis granted is trusted from start and becomes the lease the watchdog
+// keeps renewing. If the outcome is not known (err), the lease may or may
+// not have been reset to ttl: only what holds either way is trusted.
+func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration, o backend.Outcome, err error) {
+	w.mu.Lock()
+	switch {
+	case err != nil:
+		h.ttl = min(h.ttl, ttl)
+		if d := start.Add(ttl - backend.Drift(ttl)); d.Before(h.deadline) {
+			h.deadline = d
+		}
+		if r := start.Add(ttl / 3); r.Before(h.nextRenew) {
+			h.nextRenew = r
+		}
+	case o == backend.Held:
+		h.ttl = ttl
+		h.trust(start, ttl)
+	}
+	w.finish(h)
 	w.mu.Unlock()
 	w.poke()
+}
+
+// releasing records that Unlock is releasing h's outermost hold. From then
+// on a renewal that finds the lock gone may have met that release: Unlock,
+// not the watchdog, says whether it was lost (the deadline still ends h if
+// Unlock fails and is not tried again).
+func (w *watchdog) releasing(h *hold) {
+	w.mu.Lock()
+	h.releasing = true
+	w.mu.Unlock()
 }
 
 // deadline returns until when h's lease can be trusted.
@@ -239,7 +298,7 @@ func (w *watchdog) renew(due []*hold) {
 	w.mu.Lock()
 	lost := make(map[*hold]error)
 	for i, h := range due {
-		h.busy = false
+		w.finish(h)
 		if _, ok := w.holds[h]; !ok {
 			continue // released or lost meanwhile
 		}
@@ -247,6 +306,10 @@ func (w *watchdog) renew(due []*hold) {
 		case backend.Held:
 			h.trust(start, rs[i].TTL)
 		case backend.NotHeld:
+			if h.releasing {
+				h.renew = false // our own release may have removed it
+				continue
+			}
 			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
 			delete(w.holds, h)
 		default:

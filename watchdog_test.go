@@ -1,0 +1,216 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+)
+
+// The watchdog's renewals run beside the caller's Extend and Unlock. These
+// tests hold a script's reply back after Redis ran it, as a slow network
+// would, to put the two in the order that used to go wrong.
+
+// scriptReplies calls renewal after a watchdog renewal (extend.lua in a
+// pipeline) and release after release.lua ran in Redis, before their
+// replies reach dlock. An error release returns replaces the reply.
+type scriptReplies struct {
+	renewal func()
+	release func() error
+}
+
+func (h scriptReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.release != nil && isEvalSha(cmd, releaseEval.sha) {
+			if lost := h.release(); lost != nil {
+				cmd.SetErr(lost)
+				return lost
+			}
+		}
+		return err
+	}
+}
+
+func (h scriptReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			switch {
+			case h.renewal != nil && isEvalSha(cmd, extendScript.Hash()):
+				h.renewal()
+			case h.release != nil && isEvalSha(cmd, releaseEval.sha):
+				if lost := h.release(); lost != nil {
+					cmd.SetErr(lost)
+				}
+			}
+		}
+		return err
+	}
+}
+
+func isEvalSha(cmd redis.Cmder, sha string) bool {
+	a := cmd.Args()
+	if len(a) < 2 || a[0] != "evalsha" {
+		return false
+	}
+	switch s := a[1].(type) {
+	case string:
+		return s == sha
+	case *string:
+		return *s == sha
+	}
+	return false
+}
+
+// hookedClient is a Client whose commands pass through h. The scripts are
+// cached in Redis first, as after any first use: a NOSCRIPT reply would
+// send them again, out of the hook's reach.
+func hookedClient(t *testing.T, addr string, h redis.Hook, opts ...Option) (*Client, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	for _, s := range []*redis.Script{extendScript, releaseScript} {
+		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.AddHook(h)
+	return newClientOn(t, rdb, opts...), rdb
+}
+
+// renewing reports whether the watchdog still renews l.
+func renewing(l *Lock) bool {
+	l.c.dog.mu.Lock()
+	defer l.c.dog.mu.Unlock()
+	return l.h.renew
+}
+
+// A renewal to the old lease ran in Redis before an Extend to a shorter
+// one, but its reply arrives after. Redis keeps the shorter lease, so the
+// lock may be trusted only that long.
+func TestExtendWaitsForRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	ran, proceed := make(chan struct{}), make(chan struct{})
+	c, _ := hookedClient(t, srv.Addr(), scriptReplies{renewal: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(ran)
+			<-proceed
+		}
+	}})
+	armed.Store(true)
+	l := mustLock(t, c, "extend-race", WithTTL(1500*time.Millisecond))
+	<-ran // a renewal to 1.5 s ran in Redis; its reply is held back
+
+	extended := make(chan error, 1)
+	before := time.Now()
+	go func() { extended <- l.Extend(ctx, 200*time.Millisecond) }()
+	waitUntil(t, 5*time.Second, "the Extend to end or to wait for the renewal", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return len(extended) == 1 || l.h.idle != nil
+	})
+	close(proceed)
+	if err := <-extended; err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	waitUntil(t, 5*time.Second, "the renewal's reply to be read", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return !l.h.busy
+	})
+	if d := c.dog.deadline(l.h); d.After(after.Add(200 * time.Millisecond)) {
+		t.Errorf("the lock is trusted until %v after the Extend, but Redis keeps it at most 200ms", d.Sub(before).Round(time.Millisecond))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An Extend whose reply is lost may have shortened the lease in Redis: the
+// lock may then be trusted only as long as the shorter lease.
+func TestExtendWithLostReply(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	c, _ := hookedClient(t, proxy.Addr(), scriptReplies{})
+	ctx := context.Background()
+	l := mustLock(t, c, "extend-lost", WithTTL(5*time.Second))
+
+	proxy.Freeze() // the Extend is sent, no reply comes back in time
+	ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	start := time.Now()
+	err = l.Extend(ectx, 300*time.Millisecond)
+	cancel()
+	if err == nil {
+		t.Fatal("Extend through a frozen connection succeeded")
+	}
+	if d := c.dog.deadline(l.h); d.After(start.Add(300 * time.Millisecond)) {
+		t.Errorf("after an Extend to 300ms of unknown outcome, the lock is trusted for %v", d.Sub(start).Round(time.Millisecond))
+	}
+	proxy.Thaw()
+	if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// A renewal that runs after our own release, while its reply is on the
+// way, finds the lock gone. That is no loss: Unlock succeeds, the lock's
+// context ends with ErrReleased, and a retried Unlock (the first reply was
+// lost) says nil too.
+func TestRenewalMeetingOwnRelease(t *testing.T) {
+	for _, lostReply := range []bool{false, true} {
+		name := map[bool]string{false: "slow reply", true: "lost reply"}[lostReply]
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			var l *Lock
+			var armed atomic.Bool
+			errLost := errors.New("reply lost")
+			c, _ := hookedClient(t, srv.Addr(), scriptReplies{release: func() error {
+				if !armed.CompareAndSwap(true, false) {
+					return nil
+				}
+				// Hold the reply until a renewal has found the lock gone
+				// and the watchdog has acted on it.
+				waitUntil(t, 5*time.Second, "a renewal after the release", func() bool {
+					return l.Context().Err() != nil || !renewing(l)
+				})
+				if lostReply {
+					return errLost
+				}
+				return nil
+			}})
+			// Renewed every 100-200 ms.
+			l = mustLock(t, c, "own-release", WithTTL(600*time.Millisecond))
+			armed.Store(true)
+			err := l.Unlock(ctx)
+			if lostReply {
+				if !errors.Is(err, errLost) {
+					t.Fatalf("Unlock = %v, want the lost reply's error", err)
+				}
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				t.Fatalf("Unlock = %v, want nil: the lock was released by this Unlock", err)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+				t.Errorf("the lock's context ended with %v, want ErrReleased", cause)
+			}
+		})
+	}
+}
