@@ -59,12 +59,18 @@ func (a *adaptiveConfig) validate(cfg *lockConfig) error {
 
 // lease is the lease that covers the hold times s describes.
 func (a *adaptiveConfig) lease(s backend.HoldStats) time.Duration {
-	d := time.Duration(a.margin * float64(s.Mean+4*s.Dev))
-	d += backend.Drift(d)
 	hi := a.max
 	if hi == 0 {
 		hi = MaxTTL
 	}
+	// In float64 and capped before converting: a huge margin or hold time
+	// must give max, not wrap around to a tiny or negative lease.
+	f := a.margin * (float64(s.Mean) + 4*float64(s.Dev))
+	if !(f < float64(hi)) {
+		return hi
+	}
+	d := time.Duration(f)
+	d += backend.Drift(d)
 	return min(max(d, MinTTL), hi)
 }
 

@@ -136,6 +136,12 @@ func TestAdaptiveLeaseBounds(t *testing.T) {
 	if d := a.lease(backend.HoldStats{Mean: time.Microsecond, Samples: 1}); d != MinTTL {
 		t.Errorf("lease for tiny holds = %v, want MinTTL", d)
 	}
+	// A product past what a Duration holds gives the cap, not a wrapped
+	// (negative, so MinTTL) lease.
+	huge := &adaptiveConfig{margin: 1.02e11, max: time.Hour}
+	if d := huge.lease(backend.HoldStats{Mean: 50 * time.Millisecond, Dev: 10 * time.Millisecond, Samples: 5}); d != time.Hour {
+		t.Errorf("lease with margin 1.02e11 and max 1h = %v, want 1h", d)
+	}
 	for _, bad := range []struct {
 		opts []LockOption
 		want error

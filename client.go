@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -134,7 +135,14 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer ucancel()
 		defer cancel(ErrReleased)
-		return l.Unlock(uctx)
+		err := l.Unlock(uctx)
+		if err != nil && l.level == 1 && !errors.Is(err, ErrNotHeld) && l.c.dog.remove(l.h) {
+			// Nobody can retry this Unlock (the Lock is Do's own): stop
+			// renewing, so that the lease runs out instead of the lock
+			// staying held until Close.
+			l.c.dog.lose(l.h, fmt.Errorf("%w: release failed: %w", ErrLockLost, err))
+		}
+		return err
 	}
 	panicked := true
 	defer func() {

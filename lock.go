@@ -134,8 +134,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		if !wasLive {
 			err = fmt.Errorf("%w: %w", err, ErrLockLost)
 		}
-		l.c.dog.remove(l.h)
-		l.h.cancel(fmt.Errorf("%w: found released at unlock", ErrLockLost))
+		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)
+		if l.c.dog.remove(l.h) { // not declared lost yet: report it
+			l.c.dog.lose(l.h, cause)
+		}
+		l.h.cancel(cause)
 		l.cancel(ErrReleased)
 		return err
 	}
@@ -158,7 +161,8 @@ func (l *Lock) live() error {
 // lost records that Redis says the token no longer holds the lock.
 func (l *Lock) lost(op string) error {
 	cause := fmt.Errorf("%w: %s found another owner or none", ErrLockLost, op)
-	l.c.dog.remove(l.h)
-	l.c.dog.lose(l.h, cause)
+	if l.c.dog.remove(l.h) { // not already declared lost (or released)
+		l.c.dog.lose(l.h, cause)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, l.Key(), cause)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -535,6 +536,35 @@ func TestDo(t *testing.T) {
 	if cause := context.Cause(fnCtx); !errors.Is(cause, ErrReleased) {
 		t.Errorf("fn's context ended with %v, want ErrReleased", cause)
 	}
+}
+
+// Do releases the lock once. If that release never reaches Redis, nobody
+// can try again (the Lock is Do's own): the lock must not stay renewed
+// until Close, but end with its lease.
+func TestDoWhoseReleaseFails(t *testing.T) {
+	srv := redistest.Start(t)
+	var failed atomic.Bool
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("connection reset")
+		}
+		return nil
+	}}})
+	ctx := context.Background()
+	var h *hold
+	err := c.Do(ctx, "job", func(ctx context.Context) error {
+		h = ctx.Value(heldKey{c, "job"}).(*hold)
+		return nil
+	}, WithTTL(300*time.Millisecond))
+	if err == nil {
+		t.Fatal("Do succeeded, but its release failed")
+	}
+	if cause := context.Cause(h.ctx); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("the hold ended with %v, want ErrLockLost", cause)
+	}
+	waitUntil(t, 5*time.Second, "the lease to run out", func() bool {
+		return rdb.Exists(ctx, c.keys("job").lock).Val() == 0
+	})
 }
 
 func TestWatchdogRenewsUntilUnlock(t *testing.T) {

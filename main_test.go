@@ -148,3 +148,82 @@ func (c *Client) keys(key string) *lockKeys { return c.be.(*node).keys(key) }
 
 // wakeChannel is the channel a waiter of this Client listens on for key.
 func (c *Client) wakeChannel(key string) string { return c.keys(key).channel + ":" + c.be.(*node).id }
+
+// scriptHook runs a test's function when dlock sends a script, by SHA1:
+// before, ahead of Redis (an error it returns fails the command, which
+// never arrives, as over a dropped connection); after, once Redis ran it
+// and before dlock reads the reply (an error replaces the reply, as if it
+// were lost). Scripts sent in a pipeline (renewals, batched calls) count
+// too.
+type scriptHook struct {
+	before map[string]func() error
+	after  map[string]func() error
+}
+
+func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.run(h.before, cmd); err != nil {
+			return err
+		}
+		err := next(ctx, cmd)
+		if lost := h.run(h.after, cmd); lost != nil {
+			return lost
+		}
+		return err
+	}
+}
+
+func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := h.run(h.before, cmd); err != nil {
+				return err
+			}
+		}
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			_ = h.run(h.after, cmd)
+		}
+		return err
+	}
+}
+
+// run calls fns' function for cmd's script, if any, and sets its error.
+func (h scriptHook) run(fns map[string]func() error, cmd redis.Cmder) error {
+	a := cmd.Args()
+	if len(a) < 2 || a[0] != "evalsha" {
+		return nil
+	}
+	var sha string
+	switch s := a[1].(type) {
+	case string:
+		sha = s
+	case *string:
+		sha = *s
+	}
+	if f := fns[sha]; f != nil {
+		if err := f(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// hookedClient is a Client whose commands pass through h. The scripts are
+// cached in Redis first, as after any first use: a NOSCRIPT reply would
+// send them again, out of the hook's reach.
+func hookedClient(t *testing.T, addr string, h redis.Hook, opts ...Option) (*Client, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	for _, s := range []*redis.Script{acquireScript, releaseScript, extendScript, ttlScript} {
+		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.AddHook(h)
+	return newClientOn(t, rdb, opts...), rdb
+}

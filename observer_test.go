@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // recorder is an Observer that keeps every event.
@@ -215,6 +216,47 @@ func TestObserverSeesAStolenLockAndCanceledWait(t *testing.T) {
 	}
 	if !notHeld {
 		t.Errorf("renewals %+v: none found the lock gone", rec.renews)
+	}
+}
+
+// A lock removed by an operator is found gone both by a renewal and by a
+// TTL call in flight: the Observer hears of one loss, not two.
+func TestLostIsReportedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	losts := func() int { return rec.count(func(r *recorder) int { return len(r.losts) }) }
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{ttlScript.Hash(): func() error {
+		waitUntil(t, 5*time.Second, "the watchdog to report the loss", func() bool { return losts() >= 1 })
+		return nil
+	}}}, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "gone", WithTTL(300*time.Millisecond))
+	rdb.Del(ctx, c.keys("gone").lock) // an operator removed it
+	if _, err := l.TTL(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("TTL = %v, want ErrLockLost", err)
+	}
+	_ = l.Unlock(ctx)
+	if n := losts(); n != 1 {
+		t.Fatalf("Lost reported %d times for one lost lock", n)
+	}
+}
+
+// Unlock that finds the lock gone ends the lock's context as lost: the
+// Observer hears of that loss too.
+func TestUnlockFindingLossReportsIt(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "vanish")
+	rdb.Del(ctx, c.keys("vanish").lock) // an operator removed it
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock = %v, want ErrNotHeld", err)
+	}
+	if cause := context.Cause(l.h.ctx); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("the hold ended with %v, want ErrLockLost", cause)
+	}
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+		t.Fatalf("the hold ended as lost, but Lost was reported %d times", n)
 	}
 }
 

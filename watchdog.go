@@ -103,11 +103,14 @@ func (w *watchdog) poke() {
 	}
 }
 
-// remove stops watching h (it was released).
-func (w *watchdog) remove(h *hold) {
+// remove stops watching h (it was released). It reports whether h was
+// still watched: false if it was already released or declared lost.
+func (w *watchdog) remove(h *hold) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.holds[h]
 	delete(w.holds, h)
-	w.mu.Unlock()
+	return ok
 }
 
 // claim waits until no renewal of h is under way and marks h busy, so that

@@ -7,85 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 // The watchdog's renewals run beside the caller's Extend and Unlock. These
 // tests hold a script's reply back after Redis ran it, as a slow network
-// would, to put the two in the order that used to go wrong.
-
-// scriptReplies calls renewal after a watchdog renewal (extend.lua in a
-// pipeline) and release after release.lua ran in Redis, before their
-// replies reach dlock. An error release returns replaces the reply.
-type scriptReplies struct {
-	renewal func()
-	release func() error
-}
-
-func (h scriptReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h scriptReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if h.release != nil && isEvalSha(cmd, releaseEval.sha) {
-			if lost := h.release(); lost != nil {
-				cmd.SetErr(lost)
-				return lost
-			}
-		}
-		return err
-	}
-}
-
-func (h scriptReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			switch {
-			case h.renewal != nil && isEvalSha(cmd, extendScript.Hash()):
-				h.renewal()
-			case h.release != nil && isEvalSha(cmd, releaseEval.sha):
-				if lost := h.release(); lost != nil {
-					cmd.SetErr(lost)
-				}
-			}
-		}
-		return err
-	}
-}
-
-func isEvalSha(cmd redis.Cmder, sha string) bool {
-	a := cmd.Args()
-	if len(a) < 2 || a[0] != "evalsha" {
-		return false
-	}
-	switch s := a[1].(type) {
-	case string:
-		return s == sha
-	case *string:
-		return *s == sha
-	}
-	return false
-}
-
-// hookedClient is a Client whose commands pass through h. The scripts are
-// cached in Redis first, as after any first use: a NOSCRIPT reply would
-// send them again, out of the hook's reach.
-func hookedClient(t *testing.T, addr string, h redis.Hook, opts ...Option) (*Client, *redis.Client) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	for _, s := range []*redis.Script{extendScript, releaseScript} {
-		if err := s.Load(context.Background(), rdb).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rdb.AddHook(h)
-	return newClientOn(t, rdb, opts...), rdb
-}
+// would, to put the two in the order that used to go wrong (scriptHook,
+// main_test.go).
 
 // renewing reports whether the watchdog still renews l.
 func renewing(l *Lock) bool {
@@ -102,12 +31,13 @@ func TestExtendWaitsForRenewal(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
 	ran, proceed := make(chan struct{}), make(chan struct{})
-	c, _ := hookedClient(t, srv.Addr(), scriptReplies{renewal: func() {
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): func() error {
 		if armed.CompareAndSwap(true, false) {
 			close(ran)
 			<-proceed
 		}
-	}})
+		return nil
+	}}})
 	armed.Store(true)
 	l := mustLock(t, c, "extend-race", WithTTL(1500*time.Millisecond))
 	<-ran // a renewal to 1.5 s ran in Redis; its reply is held back
@@ -147,7 +77,7 @@ func TestExtendWithLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	c, _ := hookedClient(t, proxy.Addr(), scriptReplies{})
+	c, _ := hookedClient(t, proxy.Addr(), scriptHook{})
 	ctx := context.Background()
 	l := mustLock(t, c, "extend-lost", WithTTL(5*time.Second))
 
@@ -181,7 +111,7 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 			var l *Lock
 			var armed atomic.Bool
 			errLost := errors.New("reply lost")
-			c, _ := hookedClient(t, srv.Addr(), scriptReplies{release: func() error {
+			c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
 				if !armed.CompareAndSwap(true, false) {
 					return nil
 				}
@@ -194,7 +124,7 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 					return errLost
 				}
 				return nil
-			}})
+			}}})
 			// Renewed every 100-200 ms.
 			l = mustLock(t, c, "own-release", WithTTL(600*time.Millisecond))
 			armed.Store(true)

@@ -159,6 +159,11 @@ func TestKeyGroups(t *testing.T) {
 			t.Errorf("%s = %v, want %v", l, got[l].value, v)
 		}
 	}
+	// A key is any bytes: a group that is not valid UTF-8 must not make
+	// the Observer panic inside Lock.
+	if err := locks.Do(context.Background(), "\xff\xfe:42", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	// Registering twice on one registry fails.
 	if _, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks")); err == nil {
 		t.Error("a second registration of the same metrics succeeded")

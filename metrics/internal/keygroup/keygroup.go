@@ -5,6 +5,7 @@ package keygroup
 import (
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Names used when a key maps to no group, or to one past the limit.
@@ -54,6 +55,9 @@ func (m *Mapper) Group(key string) string {
 	g := m.fn(key)
 	if g == "" {
 		g = DefaultGroup
+	}
+	if !utf8.ValidString(g) { // keys are any bytes; label values must be UTF-8
+		g = strings.ToValidUTF8(g, "\uFFFD")
 	}
 	m.mu.RLock()
 	_, ok := m.seen[g]

@@ -3,6 +3,7 @@ package keygroup
 import (
 	"strconv"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDefault(t *testing.T) {
@@ -32,5 +33,14 @@ func TestMapperCapsGroups(t *testing.T) {
 	}
 	if g := New(func(string) string { return "" }, 0).Group("x"); g != DefaultGroup {
 		t.Errorf("empty group = %q, want %q", g, DefaultGroup)
+	}
+}
+
+// Keys are any bytes; label values must be UTF-8 (Prometheus panics on
+// others, inside the caller's Lock).
+func TestGroupIsValidUTF8(t *testing.T) {
+	m := New(Default, 10)
+	if g := m.Group("\xff\xfe:42"); !utf8.ValidString(g) {
+		t.Errorf("group %q is not valid UTF-8", g)
 	}
 }
