@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,15 +98,21 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
-	match := n.prefix + "{" + backend.Tag(pattern) + "}"
+	// The prefix is literal: its glob characters are escaped.
+	match := globEscape(n.prefix) + "{" + backend.Tag(pattern) + "}"
 	var mu sync.Mutex // cluster masters are scanned concurrently
+	seen := make(map[string]bool)
 	var names []string
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
 		it := rdb.ScanType(ctx, 0, match, 500, "hash").Iterator()
 		for it.Next(ctx) {
 			k := it.Val()
 			mu.Lock()
-			names = append(names, backend.KeyOfTag(k[len(n.prefix)+1:len(k)-1]))
+			// SCAN may return a key more than once.
+			if !seen[k] {
+				seen[k] = true
+				names = append(names, backend.KeyOfTag(k[len(n.prefix)+1:len(k)-1]))
+			}
 			mu.Unlock()
 		}
 		return it.Err()
@@ -122,6 +129,19 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// globEscape escapes the characters special in a Redis glob.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // admin returns the Client's single-deployment backend for the operator

@@ -3,10 +3,16 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestInspect(t *testing.T) {
@@ -83,5 +89,113 @@ func TestList(t *testing.T) {
 	orders, _ := c.List(ctx, "order:*")
 	if !reflect.DeepEqual(orders, []string{"order:1", "order:2"}) {
 		t.Errorf("List(order:*) = %v", orders)
+	}
+}
+
+// A prefix is literal text, also where it holds characters special in a
+// Redis glob: List finds its locks and only its locks.
+func TestListPrefixIsLiteral(t *testing.T) {
+	_, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, prefix := range []string{"jobs[eu]:", "app?:", `a\b:`, "a*:"} {
+		c := newClientOn(t, rdb, WithPrefix(prefix))
+		l := mustLock(t, c, "k1")
+		if got, err := c.List(ctx, ""); err != nil || !reflect.DeepEqual(got, []string{"k1"}) {
+			t.Errorf("prefix %q: List() = %q, %v; want [k1]", prefix, got, err)
+		}
+		_ = l.Unlock(ctx)
+	}
+	mustLock(t, newClientOn(t, rdb, WithPrefix("ab:")), "theirs")
+	rdb.HSet(ctx, "q:{}", "f", "v") // an application's own hash, shorter than "q*:{}"
+	for _, prefix := range []string{"a*:", "q*:"} {
+		if got, err := newClientOn(t, rdb, WithPrefix(prefix)).List(ctx, ""); err != nil || len(got) != 0 {
+			t.Errorf("prefix %q: List() = %q, %v; want none (the only locks are under other prefixes)", prefix, got, err)
+		}
+	}
+}
+
+// shrinkAfterFirstScan deletes the filler keys once the first SCAN of a
+// List has returned, and waits until Redis has shrunk its main hash table:
+// SCAN may then return a key it returned before ("A given element may be
+// returned multiple times", in Redis' SCAN documentation).
+type shrinkAfterFirstScan struct {
+	admin  *redis.Client
+	filler []string
+	done   atomic.Bool
+}
+
+func (h *shrinkAfterFirstScan) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *shrinkAfterFirstScan) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *shrinkAfterFirstScan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "scan" && !h.done.Swap(true) {
+			for i := 0; i < len(h.filler); i += 1000 {
+				h.admin.Unlink(ctx, h.filler[i:min(i+1000, len(h.filler))]...)
+			}
+			// Until the server's cron has resized and rehashed the keyspace
+			// (65536 buckets alone take 512 KiB).
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				stats, _ := h.admin.Do(ctx, "MEMORY", "STATS").Result()
+				m, _ := stats.(map[any]any)
+				db, _ := m["db.0"].(map[any]any)
+				if size, ok := db["overhead.hashtable.main"].(int64); ok && size < 256<<10 {
+					break
+				}
+			}
+		}
+		return err
+	}
+}
+
+// List returns each lock once, even where SCAN returns a key twice: when
+// the keyspace shrinks while List walks it (other keys deleted meanwhile).
+func TestListReturnsEachLockOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	hook := &shrinkAfterFirstScan{admin: admin}
+	rdb.AddHook(hook)
+	c := newClientOn(t, rdb)
+	const locks = 4000 // the shrunk table has 4096 buckets
+	// Whether SCAN repeats a key depends on where the table stands when it
+	// shrinks: several rounds make it all but certain.
+	for round := range 8 {
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Lock hashes as the acquire script writes them (quicker than 4000
+		// Lock calls), and other keys that make the table large.
+		pipe := admin.Pipeline()
+		for i := range locks {
+			pipe.HSet(ctx, c.keys(fmt.Sprintf("job:%d:%d", round, i)).lock, "token", 1, ":fence", 1)
+		}
+		hook.filler = hook.filler[:0]
+		for i := range 40000 {
+			k := fmt.Sprintf("filler:%d:%d", round, i)
+			hook.filler = append(hook.filler, k)
+			pipe.Set(ctx, k, 1, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hook.done.Store(false)
+		names, err := c.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, n := range names {
+			if seen[n]++; seen[n] == 2 {
+				t.Errorf("round %d: List returned %q twice", round, n)
+			}
+		}
+		if len(seen) != locks {
+			t.Fatalf("round %d: List returned %d distinct names for %d locks", round, len(seen), locks)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -37,8 +36,8 @@ type Client struct {
 // New returns a Client using rdb, which stays owned by the caller (Close
 // does not close it).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
-		return nil, ErrNilClient // a typed nil (a nil *redis.Client) too
+	if backend.IsNil(rdb) {
+		return nil, ErrNilClient
 	}
 	return newClient(func(s backend.Settings) (backend.Backend, error) {
 		return newReplicatedNode(rdb, s, opts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,7 +78,9 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 	record := func(m msg) {
 		r := &rs[m.i]
 		r.answered, r.val, r.err = true, m.v, m.err
-		if m.err != nil && errors.Is(m.err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// go-redis reports a deadline it put on the connection (from the
+		// request's context, or its ReadTimeout) as a net timeout.
+		if m.err != nil && (errors.Is(m.err, context.DeadlineExceeded) || errors.Is(m.err, os.ErrDeadlineExceeded)) && ctx.Err() == nil {
 			r.err = ErrNodeTimeout // our per-node deadline, not the caller's
 		}
 	}

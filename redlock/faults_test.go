@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/redlock"
@@ -330,6 +332,32 @@ func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
 	case <-time.After(800 * time.Millisecond): // renewals go on without it
 	}
 	_ = l.Unlock(ctx)
+}
+
+// A hung node is reported as ErrNodeTimeout however the timeout shows:
+// go-redis reports a deadline it set on the connection (here its
+// ReadTimeout, shorter than the per-node timeout) as a net timeout.
+func TestHungNodesAreNodeTimeouts(t *testing.T) {
+	cl := startCluster(t, 3)
+	var nodes []redis.UniversalClient
+	for _, srv := range cl.srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 50 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connect to every node first
+	cl.srvs[1].Pause(t)
+	cl.srvs[2].Pause(t)
+	_, err = c.TryLock(ctx, "job", dlock.WithTTL(3*time.Second))
+	if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("TryLock with two hung nodes = %v, want ErrNoQuorum and ErrNodeTimeout", err)
+	}
 }
 
 func TestHungNodeWhileWaiting(t *testing.T) {

@@ -136,7 +136,7 @@ func (cfg *Config) validate() error {
 	}
 	seen := make(map[any]int)
 	for i, n := range cfg.Nodes {
-		if n == nil {
+		if backend.IsNil(n) {
 			return fmt.Errorf("%w: node %d", dlock.ErrNilClient, i)
 		}
 		// Two clients of one server would count its vote twice.

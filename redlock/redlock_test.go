@@ -365,6 +365,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], nil}); !errors.Is(err, dlock.ErrNilClient) {
 		t.Errorf("New with a nil node = %v", err)
 	}
+	for _, typedNil := range []redis.UniversalClient{(*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], typedNil}); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("New with a nil %T node = %v", typedNil, err)
+		}
+	}
 	same := redis.NewClient(&redis.Options{Addr: cl.srvs[0].Addr()})
 	defer same.Close()
 	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], same}); !errors.Is(err, dlock.ErrInvalidOption) {

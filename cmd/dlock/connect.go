@@ -80,8 +80,13 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 		return usagef("use either --sentinel or --cluster, not both")
 	}
 	if raw := f.rawURL(); raw != "" {
-		if _, err := redis.ParseURL(raw); err != nil {
+		o, err := redis.ParseURL(raw)
+		if err != nil {
 			return badURL(raw, err)
+		}
+		if o.PoolSize < 0 {
+			// go-redis panics on it (makechan: size out of range).
+			return usagef("invalid Redis URL %s: pool_size %d must not be negative", redactURL(raw), o.PoolSize)
 		}
 	}
 	return nil

@@ -29,6 +29,9 @@ func TestBadInput(t *testing.T) {
 		{"bad URL scheme", nil, []string{"--redis", "http://u:" + secret + "@localhost", "inspect", "k"}, exitUsage, "invalid Redis URL http://u:xxxxx@localhost"},
 		{"unparsable URL", nil, []string{"--redis", "redis://u:" + secret + "@[::1", "list"}, exitUsage, "invalid Redis URL redis://u:xxxxx@[::1"},
 		{"bad database", nil, []string{"--redis", "redis://:" + secret + "@localhost/x", "list"}, exitUsage, `invalid database number: "x"`},
+		// go-redis parses it, then panics making the pool.
+		{"negative pool size", nil, []string{"--redis", "redis://:" + secret + "@localhost?pool_size=-1", "run", "k", "--", "true"}, exitUsage, "pool_size -1 must not be negative"},
+		{"negative pool size with --cluster", nil, []string{"--redis", "redis://?pool_size=-1", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "pool_size -1 must not be negative"},
 		{"bad URL in environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@localhost/1/2"}, []string{"list"}, exitUsage, "invalid Redis URL"},
 		{"bad duration", nil, []string{"--ttl", "5x", "inspect", "k"}, exitUsage, `invalid argument "5x" for "--ttl" flag`},
 		{"ttl too short", nil, []string{"--ttl", "1ms", "inspect", "k"}, exitUsage, "--ttl 1ms: must be between 10ms and 24h0m0s"},
