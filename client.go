@@ -116,9 +116,11 @@ func (c *Client) check(key string) error {
 }
 
 // Do takes the lock, runs fn with a context that is cancelled if the lock is
-// lost (or ctx ends), and releases the lock when fn returns. It returns fn's
-// error; if fn succeeded but the lock was lost meanwhile, the loss (fn's
-// work may have overlapped another holder's); else the release's error.
+// lost (or ctx ends), and releases the lock when fn returns, or panics (the
+// panic then goes on). It returns fn's error; if fn succeeded but the lock
+// was lost meanwhile, the loss (fn's work may have overlapped another
+// holder's); else the release's error. A release that fails ends the
+// lock's renewal, so it is freed when its lease runs out.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidOption)
