@@ -65,7 +65,9 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Extend resets the lease to ttl from now and makes ttl the lease the
 // watchdog keeps renewing. It fails with ErrLockLost if the lock is no
-// longer held.
+// longer held. If it fails otherwise, Redis may or may not have the new
+// lease: until a renewal succeeds, the lock is trusted no longer than the
+// shorter of the two.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
