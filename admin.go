@@ -30,7 +30,9 @@ type LockInfo struct {
 }
 
 // Inspect reads a lock's state for operators, in one round trip. It does
-// not take or change anything.
+// not take or change anything. Like the other operator calls, it needs a
+// single deployment: on a Client made by redlock.New it returns an error
+// wrapping errors.ErrUnsupported.
 func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	n, err := c.admin(key)
 	if err != nil {
@@ -71,7 +73,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 
 // ForceRelease removes a lock whoever holds it, for an operator clearing a
 // stuck lock; the next waiter gets it. The holder is not told until its
-// next renewal. It returns an error wrapping ErrNotHeld if the lock was free.
+// next renewal. It returns an error wrapping ErrNotHeld if the lock was
+// free, and errors.ErrUnsupported on a Client made by redlock.New.
 func (c *Client) ForceRelease(ctx context.Context, key string) error {
 	n, err := c.admin(key)
 	if err != nil {
@@ -89,7 +92,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string) error {
 
 // List returns the names of the locks that exist (held now) whose names
 // match pattern (a Redis glob; "" or "*" for all). It walks the keyspace
-// with SCAN, never KEYS, on every master of a cluster.
+// with SCAN, never KEYS, on every master of a cluster. On a Client made by
+// redlock.New it returns an error wrapping errors.ErrUnsupported.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	n, err := c.admin("*")
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 // master (go-redis failover client) or a Redis Cluster; or, made by
 // redlock.New, on a quorum of independent masters. It is safe for
 // concurrent use. It owns one background goroutine renewing its locks and
-// one pub/sub connection for waiters, both started on first use and stopped
-// by Close.
+// one pub/sub connection for waiters (on Redis Cluster, one per waited
+// lock), both started on first use and stopped by Close.
 type Client struct {
 	be     backend.Backend
 	cfg    clientConfig
@@ -88,7 +88,8 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // Close stops renewing the Client's locks and closes its pub/sub
 // connection. Locks still held are not released: they expire with their
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
-// nothing renews them any more. Calls after Close return ErrClosed.
+// nothing renews them any more. Calls of the Client's methods after Close
+// return ErrClosed; Unlock still releases a lock that Close left held.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)

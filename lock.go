@@ -64,8 +64,9 @@ func (l *Lock) Context() context.Context { return l.ctx }
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Extend resets the lease to ttl from now and makes ttl the lease the
-// watchdog keeps renewing. It fails with ErrLockLost if the lock is no
-// longer held. If it fails otherwise, Redis may or may not have the new
+// watchdog keeps renewing. It fails with an error wrapping ErrLockLost if
+// the lock was lost, or ErrReleased if it was unlocked. If it fails
+// otherwise, Redis may or may not have the new
 // lease: until a renewal succeeds, the lock is trusted no longer than the
 // shorter of the two.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {

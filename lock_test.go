@@ -489,6 +489,16 @@ func TestRetryStrategyGivesUp(t *testing.T) {
 	if _, err := c.Lock(ctx, "giveup", WithRetry(NoRetry())); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("Lock with NoRetry = %v, want ErrNotObtained", err)
 	}
+
+	// A waiter also wakes for its subscription and to refresh its queue
+	// entry (every 30 ms here): those checks spend none of the strategy's
+	// attempts, which still make the wait last 3 x 200 ms.
+	eager := newClientOn(t, rdb, WithQueueTTL(90*time.Millisecond))
+	start := time.Now()
+	_, err = eager.Lock(ctx, "giveup", WithRetry(FixedRetry(200*time.Millisecond, 3)))
+	if waited := time.Since(start); !errors.Is(err, ErrNotObtained) || waited < 600*time.Millisecond {
+		t.Fatalf("Lock with 3 retries 200ms apart = %v after %v, want ErrNotObtained after 600ms", err, waited)
+	}
 }
 
 func TestDo(t *testing.T) {

@@ -58,6 +58,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 	}()
 	refresh := min(a.n.queueTTL, a.r.TTL) / 3
+	retry := backend.RetrySchedule{Retry: a.r.Retry}
 	// Made on the first wait; since Go 1.23 Reset discards a stale tick.
 	var timer *time.Timer
 	defer func() {
@@ -65,7 +66,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			timer.Stop()
 		}
 	}()
-	for check := 1; ; check++ {
+	for {
 		start := time.Now()
 		if notHeldAt.IsZero() {
 			notHeldAt = start
@@ -92,13 +93,13 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		notHeldAt = start
 
 		delay := refresh
-		if a.r.Retry != nil {
-			d, ok := a.r.Retry.Backoff(check)
+		if retry.Retry != nil {
+			due, ok := retry.Next(start)
 			if !ok {
 				a.abandon(ctx)
-				return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, check)
+				return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, retry.Attempts())
 			}
-			delay = min(delay, d)
+			delay = min(delay, max(time.Until(due), 0))
 		}
 		if pttl := time.Duration(res[1]) * time.Millisecond; pttl > 0 {
 			// The holder's lease runs out by then at the latest.

@@ -6,9 +6,11 @@ import (
 )
 
 // RetryStrategy bounds how long Lock waits. Lock asks it, after each failed
-// check, how long to sleep before checking again; a hand-over or release of
-// the lock wakes the waiter earlier. Strategies hold no state: one value can
-// be shared by any number of goroutines and calls.
+// check, how long to sleep before checking again. A waiter also checks when
+// woken earlier (a hand-over or release of the lock, a refresh of its place
+// in the queue); those checks spend none of the strategy's attempts, so
+// FixedRetry(d, n) gives up after about n times d. Strategies hold no
+// state: one value can be shared by any number of goroutines and calls.
 type RetryStrategy interface {
 	// Backoff returns the sleep before re-check number attempt (1, 2, ...)
 	// and false when the caller should give up.

@@ -46,12 +46,14 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 	token := r.Token
 	noQuorum, backoff := 0, 0
 	var noQuorumSince time.Time
+	retry := backend.RetrySchedule{Retry: r.Retry}
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			// A fresh token per attempt: a release of an earlier attempt
 			// still on its way to a slow node cannot remove this one's hold.
 			token = backend.NewToken()
 		}
+		start := time.Now()
 		res := b.try(ctx, r, k, token)
 		if res.err == nil {
 			return res.grant, nil
@@ -95,13 +97,13 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 				delay = min(delay, res.pttl+time.Millisecond)
 			}
 		}
-		if r.Retry != nil {
-			d, ok := r.Retry.Backoff(attempt)
+		if retry.Retry != nil {
+			due, ok := retry.Next(start)
 			if !ok {
-				res.err.detail += fmt.Sprintf("; gave up after %d attempts", attempt)
+				res.err.detail += fmt.Sprintf("; gave up after %d attempts", retry.Attempts())
 				return backend.Grant{}, res.err
 			}
-			delay = min(delay, d)
+			delay = min(delay, max(time.Until(due), 0))
 		}
 		if w == nil {
 			w = b.hub.join(k.channel, gen, confirmed)

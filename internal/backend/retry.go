@@ -1,0 +1,32 @@
+package backend
+
+import "time"
+
+// RetrySchedule spends a Retry's attempts only on the checks it asked for.
+// A waiter also checks when woken earlier (a hand-over or release message,
+// a nudge after a reconnection, its queue refresh, the holder's lease
+// running out); those checks are free, so that FixedRetry(d, n) waits about
+// n times d, as its callers expect, however often the waiter wakes.
+type RetrySchedule struct {
+	Retry   Retry
+	attempt int       // the counted checks so far
+	due     time.Time // when the next counted check is due; zero at first
+}
+
+// Next records a check that began at start and found the lock taken. It
+// returns when the Retry wants the next check, or false if it gives up.
+func (s *RetrySchedule) Next(start time.Time) (time.Time, bool) {
+	if start.Before(s.due) {
+		return s.due, true // an early check: free
+	}
+	s.attempt++
+	d, ok := s.Retry.Backoff(s.attempt)
+	if !ok {
+		return time.Time{}, false
+	}
+	s.due = start.Add(d)
+	return s.due, true
+}
+
+// Attempts returns how many checks the Retry counted.
+func (s *RetrySchedule) Attempts() int { return s.attempt }

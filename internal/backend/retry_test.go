@@ -1,0 +1,41 @@
+package backend
+
+import (
+	"testing"
+	"time"
+)
+
+type fixed struct {
+	d   time.Duration
+	max int
+}
+
+func (f fixed) Backoff(attempt int) (time.Duration, bool) { return f.d, attempt <= f.max }
+
+// Early checks (a waiter woken by messages or its refresh) spend nothing:
+// only the checks at or after the due time count.
+func TestRetryScheduleCountsOnlyDueChecks(t *testing.T) {
+	s := RetrySchedule{Retry: fixed{time.Second, 2}}
+	t0 := time.Now()
+	due, ok := s.Next(t0)
+	if !ok || !due.Equal(t0.Add(time.Second)) {
+		t.Fatalf("first check: due %v, %v", due.Sub(t0), ok)
+	}
+	for _, early := range []time.Duration{time.Millisecond, 300 * time.Millisecond, 999 * time.Millisecond} {
+		if d, ok := s.Next(t0.Add(early)); !ok || !d.Equal(due) {
+			t.Fatalf("early check at %v moved the schedule: %v, %v", early, d.Sub(t0), ok)
+		}
+	}
+	if s.Attempts() != 1 {
+		t.Fatalf("attempts = %d after one due check and three early ones", s.Attempts())
+	}
+	if d, ok := s.Next(t0.Add(time.Second)); !ok || !d.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("second due check: %v, %v", d.Sub(t0), ok)
+	}
+	if _, ok := s.Next(t0.Add(2 * time.Second)); ok {
+		t.Fatal("the third due check did not give up (at most 2 attempts)")
+	}
+	if s.Attempts() != 3 {
+		t.Fatalf("attempts = %d, want 3", s.Attempts())
+	}
+}
