@@ -102,24 +102,46 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
-	// The prefix is literal: its glob characters are escaped.
-	match := globEscape(n.prefix) + "{" + backend.Tag(pattern) + "}"
+	// The prefix is literal: its glob characters are escaped. The pattern
+	// is matched against the key, not its tag: a tag that starts with
+	// KeyEscape is the escape followed by the key, any other is the key
+	// itself. So one pass matches the unescaped tags and another the
+	// escaped ones; "*" matches both at once.
+	type pass struct {
+		match string
+		keep  func(escaped bool) bool
+	}
+	p := globEscape(n.prefix) + "{"
+	passes := []pass{
+		{p + pattern + "}", func(escaped bool) bool { return !escaped }},
+		{p + backend.KeyEscape + pattern + "}", func(escaped bool) bool { return escaped }},
+	}
+	if pattern == "*" {
+		passes = []pass{{p + "*}", func(bool) bool { return true }}}
+	}
 	var mu sync.Mutex // cluster masters are scanned concurrently
 	seen := make(map[string]bool)
 	var names []string
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
-		it := rdb.ScanType(ctx, 0, match, 500, "hash").Iterator()
-		for it.Next(ctx) {
-			k := it.Val()
-			mu.Lock()
-			// SCAN may return a key more than once.
-			if !seen[k] {
-				seen[k] = true
-				names = append(names, backend.KeyOfTag(k[len(n.prefix)+1:len(k)-1]))
+		for _, ps := range passes {
+			it := rdb.ScanType(ctx, 0, ps.match, 500, "hash").Iterator()
+			for it.Next(ctx) {
+				k := it.Val()
+				tag := k[len(n.prefix)+1 : len(k)-1]
+				key := backend.KeyOfTag(tag)
+				mu.Lock()
+				// SCAN may return a key more than once.
+				if ps.keep(key != tag) && !seen[k] {
+					seen[k] = true
+					names = append(names, key)
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
+			if err := it.Err(); err != nil {
+				return err
+			}
 		}
-		return it.Err()
+		return nil
 	}
 	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {

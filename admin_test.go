@@ -92,6 +92,28 @@ func TestList(t *testing.T) {
 	}
 }
 
+// A pattern matches keys, not their names in Redis: keys that start with
+// '}' or '\xff' are stored escaped, and must match as they are.
+func TestListPatternsMatchKeys(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, k := range []string{"}a", "\xffb", "a", "ab", "a}b"} {
+		defer mustLock(t, c, k).Unlock(ctx)
+	}
+	for pattern, want := range map[string][]string{
+		"*":     {"a", "ab", "a}b", "}a", "\xffb"},
+		"??":    {"ab", "}a", "\xffb"},
+		"?a":    {"}a"},
+		"}*":    {"}a"},
+		"[^}]*": {"a", "ab", "a}b", "\xffb"},
+		"*b":    {"ab", "a}b", "\xffb"},
+	} {
+		if got, err := c.List(ctx, pattern); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("List(%q) = %q, %v; want %q", pattern, got, err, want)
+		}
+	}
+}
+
 // A prefix is literal text, also where it holds characters special in a
 // Redis glob: List finds its locks and only its locks.
 func TestListPrefixIsLiteral(t *testing.T) {

@@ -196,6 +196,18 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(rdb, WithPrefix("")); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("empty prefix = %v", err)
 	}
+	// A '{' in the prefix would start the hash tag there: "p" with key
+	// "a}x{b" and "p{a}x" with key "b" would name one lock, and "{}" would
+	// scatter a lock's names over cluster slots.
+	for _, prefix := range []string{"p{a}x", "{}", "{app}:"} {
+		if _, err := New(rdb, WithPrefix(prefix)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("prefix %q = %v, want ErrInvalidOption", prefix, err)
+		}
+	}
+	// Holder metadata is stored as JSON, which would change invalid UTF-8.
+	if _, err := New(rdb, WithClientName("n\xffame")); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("client name that is not UTF-8 = %v, want ErrInvalidOption", err)
+	}
 	if _, err := New(rdb, WithQueueTTL(time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
 		t.Errorf("tiny queue ttl = %v", err)
 	}
@@ -212,6 +224,7 @@ func TestBadInput(t *testing.T) {
 		{"absurd ttl", "k", []LockOption{WithTTL(365 * 24 * time.Hour)}, ErrInvalidTTL},
 		{"negative max hold", "k", []LockOption{WithMaxHold(-1)}, ErrInvalidTTL},
 		{"conflict", "k", []LockOption{WithoutRenewal(), WithMaxHold(time.Second)}, ErrInvalidOption},
+		{"metadata not UTF-8", "k", []LockOption{WithMetadata("job\xff1")}, ErrInvalidOption},
 	}
 	for _, tc := range cases {
 		if _, err := c.Lock(ctx, tc.key, tc.opts...); !errors.Is(err, tc.want) {

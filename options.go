@@ -3,7 +3,9 @@ package dlock
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults and limits.
@@ -40,7 +42,9 @@ type clientConfig struct {
 }
 
 // WithPrefix sets the prefix of all keys and channels (default "dlock:").
-// Clients that must exclude each other need the same prefix.
+// Clients that must exclude each other need the same prefix. It may not
+// contain '{': the lock's name wraps the key in braces, the Redis Cluster
+// hash tag.
 func WithPrefix(prefix string) Option {
 	return func(c *clientConfig) { c.prefix = prefix }
 }
@@ -52,7 +56,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithClientName names this Client in the holder metadata stored with each
-// lock it takes, for operators reading `dlock inspect`.
+// lock it takes, for operators reading `dlock inspect`. It must be valid
+// UTF-8.
 func WithClientName(name string) Option {
 	return func(c *clientConfig) { c.name = name }
 }
@@ -67,6 +72,17 @@ func WithQueueTTL(d time.Duration) Option {
 func (c *clientConfig) validate() error {
 	if c.prefix == "" {
 		return fmt.Errorf("%w: empty prefix", ErrInvalidOption)
+	}
+	// A '{' in the prefix would make the hash tag start in the prefix: the
+	// names of two prefixes could coincide ("p" + "{a}x{b}" is "p{a}x" +
+	// "{b}"), and "{}" gives an empty tag, which scatters a lock's names
+	// over cluster slots.
+	if strings.Contains(c.prefix, "{") {
+		return fmt.Errorf("%w: prefix contains '{'", ErrInvalidOption)
+	}
+	// The name is stored as JSON, which cannot carry invalid UTF-8.
+	if !utf8.ValidString(c.name) {
+		return fmt.Errorf("%w: client name is not valid UTF-8", ErrInvalidOption)
 	}
 	if c.queueTTL < 3*MinTTL || c.queueTTL > time.Hour {
 		return fmt.Errorf("%w: queue ttl %v outside [%v, 1h]", ErrInvalidTTL, c.queueTTL, 3*MinTTL)
@@ -115,7 +131,8 @@ func WithRetry(s RetryStrategy) LockOption {
 }
 
 // WithMetadata stores a short free-form string with the lock's holder
-// metadata (for example a job id), shown by `dlock inspect`.
+// metadata (for example a job id), shown by `dlock inspect`. It must be
+// valid UTF-8.
 func WithMetadata(s string) LockOption {
 	return func(c *lockConfig) { c.meta = s }
 }
@@ -138,6 +155,10 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if len(cfg.meta) > maxKeyLen {
 		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, maxKeyLen)
+	}
+	// The metadata is stored as JSON, which cannot carry invalid UTF-8.
+	if !utf8.ValidString(cfg.meta) {
+		return cfg, fmt.Errorf("%w: metadata is not valid UTF-8", ErrInvalidOption)
 	}
 	return cfg, nil
 }

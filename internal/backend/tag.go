@@ -8,25 +8,25 @@ import "strings"
 // same place in every name, so they still share a slot. A key that starts
 // with '}' would make the tag empty, and Redis hashes a name with an empty
 // tag whole, scattering the lock's names over slots: such a key gets
-// keyEscape in front.
+// KeyEscape in front.
 
-// keyEscape goes in front of a key that starts with '}' (or with keyEscape
+// KeyEscape goes in front of a key that starts with '}' (or with KeyEscape
 // itself, so that the mapping stays one-to-one). Keys rarely start with
 // either byte, and no other key's names change.
-const keyEscape = "\xff"
+const KeyEscape = "\xff"
 
 // Tag returns what goes between the braces of key's names.
 func Tag(key string) string {
-	if strings.HasPrefix(key, "}") || strings.HasPrefix(key, keyEscape) {
-		return keyEscape + key
+	if strings.HasPrefix(key, "}") || strings.HasPrefix(key, KeyEscape) {
+		return KeyEscape + key
 	}
 	return key
 }
 
 // KeyOfTag undoes Tag.
 func KeyOfTag(tag string) string {
-	if strings.HasPrefix(tag, keyEscape+"}") || strings.HasPrefix(tag, keyEscape+keyEscape) {
-		return tag[len(keyEscape):]
+	if strings.HasPrefix(tag, KeyEscape+"}") || strings.HasPrefix(tag, KeyEscape+KeyEscape) {
+		return tag[len(KeyEscape):]
 	}
 	return tag
 }
