@@ -34,6 +34,8 @@ func TestCluster(t *testing.T) {
 	t.Run("ReplicaAckOnKeyNode", func(t *testing.T) { testClusterReplicaAck(t, cl, replicas) })
 	t.Run("SlotMigration", func(t *testing.T) { testClusterSlotMigration(t, cl) })
 	t.Run("MasterRestart", func(t *testing.T) { testClusterMasterRestart(t, cl) })
+	// Last: it kills a master for good.
+	t.Run("FailoverWithReplicaAck", func(t *testing.T) { testClusterFailoverReplicaAck(t, cl, replicas[0]) })
 }
 
 // waitRenewal waits until the lease of the lock named name goes up: since
@@ -746,4 +748,43 @@ func testClusterMasterRestart(t *testing.T, cl *redistest.Cluster) {
 		t.Errorf("fence after the restart %d <= %d before it", next.Fence(), lost.Fence())
 	}
 	_ = next.Unlock(ctx)
+}
+
+// testClusterFailoverReplicaAck kills the master of a held lock's slot.
+// With WithReplicaAck, lock writes go to the slot's master from go-redis's
+// cached slot map, which go-redis refreshes on its own only for commands it
+// routes itself: once the replica is promoted, new locks of that slot and
+// the held lock's renewals must reach it, not the dead address.
+func testClusterFailoverReplicaAck(t *testing.T, cl *redistest.Cluster, replica *redistest.Server) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc, WithReplicaAck(1, 500*time.Millisecond, AcceptAndReport))
+	dead := cl.Nodes[0].Addr()
+	key := "failover:0"
+	for i := 1; masterOf(t, cc, c, key) != dead; i++ {
+		key = fmt.Sprintf("failover:%d", i)
+	}
+	held := mustLock(t, c, key, WithTTL(10*time.Second))
+
+	cl.Nodes[0].Kill(t)
+	rc := replica.Client(t)
+	waitUntil(t, 30*time.Second, "the replica to be promoted", func() bool {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master" &&
+			strings.Contains(rc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+	})
+	// Another lock of the same slot: key + "}x" has key's hash tag. (The
+	// promoted master has no replica left: AcceptAndReport takes it.)
+	waitUntil(t, 10*time.Second, "a lock on the promoted master", func() bool {
+		l, err := c.TryLock(ctx, key+"}x")
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		return err == nil
+	})
+	waitRenewal(t, rc, c.keys(key).lock)
+	if held.Context().Err() != nil {
+		t.Fatalf("the held lock was lost across the failover: %v", context.Cause(held.Context()))
+	}
+	_ = held.Unlock(ctx)
 }

@@ -378,6 +378,18 @@ func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 			}()
 		}
 		wg.Wait()
+		if cluster {
+			// MasterForKey reads the cached slot map, which go-redis reloads
+			// on its own only for commands it routed itself: a master that
+			// is down (failed over to a replica) would be asked forever.
+			for _, c := range todo {
+				var re redis.Error
+				if err := c.cmd.Err(); err != nil && !errors.As(err, &re) {
+					cc.ReloadState(ctx)
+					break
+				}
+			}
+		}
 		if !cluster || attempt == maxRedirectRetries {
 			return
 		}
