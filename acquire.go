@@ -34,7 +34,11 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
-	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok {
+	// A hold that has ended while ctx lives was not found through ctx's
+	// cancellation chain but through values copied into another lock's
+	// Context (Lock(a.Context(), "b") and a is unlocked since): it is not
+	// held, so take the lock as usual.
+	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok && (h.ctx.Err() == nil || ctx.Err() != nil) {
 		l, err := c.reenter(ctx, h)
 		c.reentered(ctx, h, l, err)
 		return l, err

@@ -225,6 +225,10 @@ func TestBadInput(t *testing.T) {
 		{"negative max hold", "k", []LockOption{WithMaxHold(-1)}, ErrInvalidTTL},
 		{"conflict", "k", []LockOption{WithoutRenewal(), WithMaxHold(time.Second)}, ErrInvalidOption},
 		{"metadata not UTF-8", "k", []LockOption{WithMetadata("job\xff1")}, ErrInvalidOption},
+		// Zero delays would make Lock re-run its check in a tight loop.
+		{"retry without delay", "k", []LockOption{WithRetry(FixedRetry(0, 0))}, ErrInvalidOption},
+		{"retry with negative attempts", "k", []LockOption{WithRetry(FixedRetry(time.Second, -1))}, ErrInvalidOption},
+		{"exponential retry capped at 0", "k", []LockOption{WithRetry(ExponentialRetry(10*time.Millisecond, 0, 0))}, ErrInvalidOption},
 	}
 	for _, tc := range cases {
 		if _, err := c.Lock(ctx, tc.key, tc.opts...); !errors.Is(err, tc.want) {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -121,6 +122,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}
 	wasLive := l.h.ctx.Err() == nil
+	// Released, not lost: by an outer Lock's Unlock, or by our own earlier
+	// try whose reply was lost (a renewal found it gone meanwhile).
+	wasReleased := errors.Is(context.Cause(l.h.ctx), ErrReleased)
 	if l.level == 1 {
 		l.c.dog.releasing(l.h)
 	}
@@ -130,11 +134,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return redisError("unlock", l.Key(), err)
 	}
 	l.released = true
-	if left < 0 && !(l.unsure && wasLive && time.Now().Before(l.c.dog.deadline(l.h))) {
+	if left < 0 && !(l.unsure && (wasReleased || wasLive && time.Now().Before(l.c.dog.deadline(l.h)))) {
 		// Not held, and not because an earlier try of ours released it (the
 		// lease was still trusted, so only that try can have removed it).
 		err := fmt.Errorf("dlock: unlock %q: %w", l.Key(), ErrNotHeld)
-		if !wasLive {
+		if !wasLive && !wasReleased {
 			err = fmt.Errorf("%w: %w", err, ErrLockLost)
 		}
 		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)
@@ -153,10 +157,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// live returns the loss error if the lock's hold is over.
+// live returns the loss error if the lock's hold is over, or ErrReleased
+// if this Lock was unlocked (a re-entered Lock's Context ends at its own
+// Unlock, and with its hold).
 func (l *Lock) live() error {
-	if l.h.ctx.Err() != nil {
-		return fmt.Errorf("dlock: %q: %w", l.Key(), context.Cause(l.h.ctx))
+	if l.ctx.Err() != nil {
+		return fmt.Errorf("dlock: %q: %w", l.Key(), context.Cause(l.ctx))
 	}
 	return nil
 }

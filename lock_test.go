@@ -252,6 +252,68 @@ func TestReentrancy(t *testing.T) {
 	}
 }
 
+// A re-entered Lock that was unlocked is over, whatever its hold does: its
+// Extend and TTL say ErrReleased, and its Unlock after the outer one's says
+// not held, without calling that a loss.
+func TestReenteredLockAfterUnlock(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	outer := mustLock(t, c, "k")
+	inner, err := c.Lock(outer.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Extend(ctx, time.Minute); !errors.Is(err, ErrReleased) {
+		t.Errorf("Extend of an unlocked inner Lock = %v, want ErrReleased", err)
+	}
+	if _, err := inner.TTL(ctx); !errors.Is(err, ErrReleased) {
+		t.Errorf("TTL of an unlocked inner Lock = %v, want ErrReleased", err)
+	}
+
+	inner, err = c.Lock(outer.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+		t.Errorf("inner Unlock after the outer one = %v, want ErrNotHeld and no loss", err)
+	}
+}
+
+// Lock copies the caller's context values into the new Lock's Context, so
+// b's Context still names a, which was unlocked since: taking a again
+// through it is a new acquisition, not a re-entry of the old one.
+func TestReentryIgnoresEndedHolds(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	a := mustLock(t, c, "A")
+	b, err := c.Lock(a.Context(), "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Unlock(ctx)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Lock(b.Context(), "A")
+	if err != nil {
+		t.Fatalf("Lock(A) through b's Context after A was unlocked = %v", err)
+	}
+	if again.Fence() <= a.Fence() {
+		t.Errorf("fence %d after %d: a re-entry of the old lock, not a new one", again.Fence(), a.Fence())
+	}
+	_ = again.Unlock(ctx)
+	// A context that ended with its lock still re-enters it, and fails.
+	if _, err := c.Lock(a.Context(), "A"); !errors.Is(err, ErrReleased) {
+		t.Errorf("Lock through an unlocked Lock's Context = %v, want ErrReleased", err)
+	}
+}
+
 func TestUnlockRetryAfterLostReply(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

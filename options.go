@@ -153,6 +153,11 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 	if cfg.maxHold > 0 && !cfg.renew {
 		return cfg, fmt.Errorf("%w: WithMaxHold needs renewal, but WithoutRenewal was given", ErrInvalidOption)
 	}
+	if v, ok := cfg.retry.(interface{ validate() error }); ok {
+		if err := v.validate(); err != nil {
+			return cfg, err
+		}
+	}
 	if len(cfg.meta) > maxKeyLen {
 		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, maxKeyLen)
 	}

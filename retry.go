@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -25,7 +26,8 @@ type noRetry struct{}
 func (noRetry) Backoff(int) (time.Duration, bool) { return 0, false }
 
 // FixedRetry re-checks every interval, at most maxAttempts times
-// (0 means no limit: wait until the context ends).
+// (0 means no limit: wait until the context ends). The interval must be
+// positive and maxAttempts not negative, or Lock returns ErrInvalidOption.
 func FixedRetry(interval time.Duration, maxAttempts int) RetryStrategy {
 	return fixedRetry{interval: interval, max: maxAttempts}
 }
@@ -33,6 +35,15 @@ func FixedRetry(interval time.Duration, maxAttempts int) RetryStrategy {
 type fixedRetry struct {
 	interval time.Duration
 	max      int
+}
+
+// validate rejects delays that are zero or negative: Lock would re-run
+// its check against Redis in a tight loop.
+func (r fixedRetry) validate() error {
+	if r.interval <= 0 || r.max < 0 {
+		return fmt.Errorf("%w: FixedRetry(%v, %d)", ErrInvalidOption, r.interval, r.max)
+	}
+	return nil
 }
 
 func (r fixedRetry) Backoff(attempt int) (time.Duration, bool) {
@@ -44,7 +55,8 @@ func (r fixedRetry) Backoff(attempt int) (time.Duration, bool) {
 
 // ExponentialRetry re-checks after delays that double from base up to max,
 // each drawn uniformly from [d/2, d] so that waiters spread out, at most
-// maxAttempts times (0 means no limit).
+// maxAttempts times (0 means no limit). It needs 0 < base <= max and
+// maxAttempts not negative, or Lock returns ErrInvalidOption.
 func ExponentialRetry(base, max time.Duration, maxAttempts int) RetryStrategy {
 	return exponentialRetry{base: base, max: max, attempts: maxAttempts}
 }
@@ -52,6 +64,13 @@ func ExponentialRetry(base, max time.Duration, maxAttempts int) RetryStrategy {
 type exponentialRetry struct {
 	base, max time.Duration
 	attempts  int
+}
+
+func (r exponentialRetry) validate() error {
+	if r.base <= 0 || r.max < r.base || r.attempts < 0 {
+		return fmt.Errorf("%w: ExponentialRetry(%v, %v, %d)", ErrInvalidOption, r.base, r.max, r.attempts)
+	}
+	return nil
 }
 
 func (r exponentialRetry) Backoff(attempt int) (time.Duration, bool) {

@@ -300,6 +300,7 @@ func (w *watchdog) renew(due []*hold) {
 
 	w.mu.Lock()
 	lost := make(map[*hold]error)
+	var released []*hold
 	for i, h := range due {
 		w.finish(h)
 		if _, ok := w.holds[h]; !ok {
@@ -310,7 +311,12 @@ func (w *watchdog) renew(due []*hold) {
 			h.trust(start, rs[i].TTL)
 		case backend.NotHeld:
 			if h.releasing {
-				h.renew = false // our own release may have removed it
+				// Our own release removed it (its reply is on the way, or
+				// lost): the lock may be someone else's already, so the
+				// hold ends now, as released, not lost. Unlock (or its
+				// retry) then finds it gone and says nil.
+				delete(w.holds, h)
+				released = append(released, h)
 				continue
 			}
 			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
@@ -322,6 +328,9 @@ func (w *watchdog) renew(due []*hold) {
 		}
 	}
 	w.mu.Unlock()
+	for _, h := range released {
+		h.cancel(ErrReleased)
+	}
 	w.c.renewed(due, outcomes)
 	for h, cause := range lost {
 		w.lose(h, cause)

@@ -144,3 +144,42 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 		})
 	}
 }
+
+// An Unlock whose reply is lost leaves the caller unsure, but Redis
+// released the lock and handed it over. The lock's Context must end at the
+// next renewal, which finds it gone, not at the old lease's deadline: a
+// live Context says nobody else holds the lock.
+func TestContextEndsAfterUnlockWithLostReply(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	errLost := errors.New("reply lost")
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
+		if armed.CompareAndSwap(true, false) {
+			return errLost
+		}
+		return nil
+	}}})
+	other := newClientOn(t, srv.Client(t))
+	const lease = 3 * time.Second // renewed every second
+	l := mustLock(t, c, "k", WithTTL(lease))
+	got := lockAsync(ctx, other, "k")
+	waitUntil(t, 5*time.Second, "the other client to queue", func() bool { return queued(t, rdb, c, "k") == 1 })
+	armed.Store(true)
+	if err := l.Unlock(ctx); !errors.Is(err, errLost) {
+		t.Fatalf("Unlock = %v, want the lost reply", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Unlock(ctx)
+	select {
+	case <-l.Done():
+	case <-time.After(lease / 2): // a renewal is due within lease/3; the old deadline is 2/3 of a lease away at least
+		t.Fatalf("the old holder's Context is still live while another client holds the lock (fence %d > %d)", r.l.Fence(), l.Fence())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("retried Unlock = %v, want nil", err)
+	}
+}
