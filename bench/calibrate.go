@@ -23,8 +23,9 @@ func (e *Env) Calibrate(s Setup, r *Renewer) (Origin, error) {
 		return nil, err
 	}
 	none := Origin{}
-	_, err1 := e.Uncontended(s, 4, 0, 150*time.Millisecond, none)
-	_, err2 := e.Contended(s, 4, time.Millisecond, 0, 300*time.Millisecond, none)
+	// Warm-ups as in the measured runs: only the windows are counted.
+	_, err1 := e.Uncontended(s, 4, 100*time.Millisecond, 150*time.Millisecond, none)
+	_, err2 := e.Contended(s, 4, time.Millisecond, 100*time.Millisecond, 300*time.Millisecond, none)
 	var err3 error
 	if r != nil {
 		_, err3 = e.Renewal(*r, 20, 150*time.Millisecond, 50*time.Millisecond, 0, 250*time.Millisecond, none)

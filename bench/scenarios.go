@@ -290,7 +290,6 @@ func (e *Env) Contended(s Setup, workers int, hold, warmup, dur time.Duration, o
 		wg.Wait()
 		return res, err
 	}
-	windowStart := time.Now()
 	record.Store(true)
 	time.Sleep(dur)
 	record.Store(false)
@@ -298,11 +297,9 @@ func (e *Env) Contended(s Setup, workers int, hold, warmup, dur time.Duration, o
 	end := time.Now()
 	for i := range waitingSince {
 		if since := waitingSince[i].Load(); since != 0 {
-			t0 := time.Unix(0, since)
-			if t0.Before(windowStart) {
-				t0 = windowStart
-			}
-			censored = append(censored, end.Sub(t0))
+			// As it stands: like a completed wait, from the call to Lock,
+			// even if that was before the window opened.
+			censored = append(censored, end.Sub(time.Unix(0, since)))
 		}
 	}
 	win, err := Since(ctx, e.Stats, before)

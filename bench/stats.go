@@ -130,6 +130,15 @@ type Monitor struct {
 	top  CmdCounts
 	lua  CmdCounts
 	done chan struct{}
+	// on is true inside a measured window: MONITOR shows the harness's
+	// INFO commandstats, which opens (Take) and closes (Since) every
+	// window, in order with the commands. The shares come from the
+	// windows, as only they are in the measured runs: set-up and warm-up
+	// traffic (connections, subscriptions, one-off probes) would skew
+	// them. A command seen only outside the windows keeps the share of all
+	// its calls (outTop, outLua).
+	on             bool
+	outTop, outLua CmdCounts
 }
 
 // StartMonitor opens a MONITOR connection to addr.
@@ -148,7 +157,7 @@ func StartMonitor(addr string) (*Monitor, error) {
 		conn.Close()
 		return nil, fmt.Errorf("MONITOR: %q %v", line, err)
 	}
-	m := &Monitor{conn: conn, top: CmdCounts{}, lua: CmdCounts{}, done: make(chan struct{})}
+	m := &Monitor{conn: conn, top: CmdCounts{}, lua: CmdCounts{}, outTop: CmdCounts{}, outLua: CmdCounts{}, done: make(chan struct{})}
 	go m.read(r)
 	return m, nil
 }
@@ -187,11 +196,21 @@ func (m *Monitor) read(r *bufio.Reader) {
 				}
 			}
 		}
+		if name == "info" {
+			if strings.Contains(strings.ToLower(rest), `"commandstats"`) {
+				m.on = !m.on
+			}
+			continue
+		}
+		top, lua := m.top, m.lua
+		if !m.on {
+			top, lua = m.outTop, m.outLua
+		}
 		m.mu.Lock()
 		if strings.HasSuffix(src, " lua") {
-			m.lua[name]++
+			lua[name]++
 		} else {
-			m.top[name]++
+			top[name]++
 		}
 		m.mu.Unlock()
 	}
@@ -206,12 +225,16 @@ func (m *Monitor) Stop() Origin {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := Origin{}
-	for k, v := range m.top {
-		o[k] = float64(v) / float64(v+m.lua[k])
-	}
-	for k := range m.lua {
-		if _, ok := o[k]; !ok {
-			o[k] = 0
+	for _, c := range []struct{ top, lua CmdCounts }{{m.top, m.lua}, {m.outTop, m.outLua}} {
+		for k, v := range c.top {
+			if _, ok := o[k]; !ok {
+				o[k] = float64(v) / float64(v+c.lua[k])
+			}
+		}
+		for k := range c.lua {
+			if _, ok := o[k]; !ok {
+				o[k] = float64(c.top[k]) / float64(c.top[k]+c.lua[k])
+			}
 		}
 	}
 	return o

@@ -25,6 +25,7 @@ const Command = "cd bench && go run ./cmd/report -runs 3 -out ../docs"
 type stat struct{ Med, Lo, Hi float64 }
 
 func newStat(xs []float64) stat {
+	xs = slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
 	if len(xs) == 0 {
 		return stat{math.NaN(), math.NaN(), math.NaN()}
 	}
@@ -80,12 +81,24 @@ func (r *Report) alloc(lib string, f func(Alloc) float64) stat {
 func (r *Report) ceil(f func(bench.Ceiling) float64) stat {
 	var xs []float64
 	for _, run := range r.Runs {
-		xs = append(xs, f(run.Ceiling))
+		// A run whose redis-benchmark failed has zeros: it measured nothing.
+		if x := f(run.Ceiling); x > 0 {
+			xs = append(xs, x)
+		}
 	}
 	return newStat(xs)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pms is a percentile of a distribution in ms, NaN if it has no samples.
+func pms(d bench.Dist, p time.Duration) float64 {
+	if d.N == 0 {
+		return math.NaN()
+	}
+	return ms(p)
+}
+
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // num formats a number with a sensible precision.
@@ -281,8 +294,8 @@ func writeMethod(b *strings.Builder, r *Report) {
 		"calls are left out). Redis counts the commands a Lua script runs (`redis.call`) in commandstats like any other, so the " +
 		"difference of two snapshots is the **total** work including script internals. To get the **top-level** commands (what " +
 		"clients sent: `EVALSHA`, `SET`, `SSUBSCRIBE`, ...), the suite first runs a small version of every scenario for each setup " +
-		"under `MONITOR`, which tags every command run by a script with `lua`; that gives, per command name, the share of calls " +
-		"that came from clients (for example `SET` is top-level for redsync but script-only for redislock). Top-level = sum over " +
+		"under `MONITOR` (counting, like the measured runs, only its window after a warm-up), which tags every command run by a script " +
+		"with `lua`; that gives, per command name, the share of calls that came from clients (for example `SET` is top-level for redsync but script-only for redislock). Top-level = sum over " +
 		"commands of calls x that share (commands never seen in calibration count as top-level). MONITOR is never on during the " +
 		"measured windows. Both numbers are divided by the successful acquisitions in the window.\n\n")
 	fmt.Fprintf(b, "**Reference ceiling.** `redis-benchmark -c %d -n %s -r 10000000` on the same server for `SET key v NX PX 30000`, "+
@@ -326,14 +339,20 @@ func writeUncontended(b *strings.Builder, r *Report) {
 	c := r.Config
 	fmt.Fprintf(b, "## 1. Uncontended: %d goroutines, distinct keys\n\n", c.Goroutines)
 	ceiling := r.ceil(bench.Ceiling.Pairs).Med
-	_, best := r.bestCompetitor(func(n string) float64 {
-		return r.unc(n, func(u bench.UncontendedResult) float64 { return u.PerSec }).Med
-	})
+	bestOther := func(lib string) float64 {
+		best := math.NaN()
+		for _, o := range r.Setups {
+			if v := r.unc(o.Name, func(u bench.UncontendedResult) float64 { return u.PerSec }).Med; o.Lib != lib && !math.IsNaN(v) && !(v <= best) {
+				best = v
+			}
+		}
+		return best
+	}
 	t := newTable(b, "setup", "pairs/s", "x ceiling", "x best other", "p50 ms", "p99 ms", "max ms", "top-level cmds/pair", "total cmds/pair", "client CPU µs/pair", "server CPU µs/pair", "lock errors (retried)")
 	for _, s := range r.Setups {
 		ps := r.unc(s.Name, func(u bench.UncontendedResult) float64 { return u.PerSec })
 		t.row(bold(s.Name, s.Lib == "dlock"), bold(withRange(ps), s.Lib == "dlock"),
-			fmt.Sprintf("%.2f", ps.Med/ceiling), fmt.Sprintf("%.2f", ps.Med/best),
+			fmt.Sprintf("%.2f", ps.Med/ceiling), fmt.Sprintf("%.2f", ps.Med/bestOther(s.Lib)),
 			num(r.unc(s.Name, func(u bench.UncontendedResult) float64 { return ms(u.Latency.P50) }).Med),
 			num(r.unc(s.Name, func(u bench.UncontendedResult) float64 { return ms(u.Latency.P99) }).Med),
 			num(r.unc(s.Name, func(u bench.UncontendedResult) float64 { return ms(u.Latency.Max) }).Med),
@@ -359,8 +378,8 @@ func writeContended(b *strings.Builder, r *Report, n int) {
 		t.row(bold(s.Name, s.Lib == "dlock"),
 			bold(withRange(get(func(x bench.ContendedResult) float64 { return x.PerSec })), s.Lib == "dlock"),
 			num(get(func(x bench.ContendedResult) float64 { return ms(x.Held.P50) }).Med),
-			num(get(func(x bench.ContendedResult) float64 { return ms(x.Gap.P50) }).Med),
-			num(get(func(x bench.ContendedResult) float64 { return ms(x.Gap.P99) }).Med),
+			num(get(func(x bench.ContendedResult) float64 { return pms(x.Gap, x.Gap.P50) }).Med),
+			num(get(func(x bench.ContendedResult) float64 { return pms(x.Gap, x.Gap.P99) }).Med),
 			num(get(func(x bench.ContendedResult) float64 { return ms(x.Wait.P50) }).Med),
 			num(get(func(x bench.ContendedResult) float64 { return ms(x.Wait.P99) }).Med),
 			num(get(func(x bench.ContendedResult) float64 { return ms(x.Wait.Max) }).Med),
@@ -454,8 +473,9 @@ func writeTargets(b *strings.Builder, r *Report) {
 	d := uncPS("dlock")
 	bn, bv := r.bestCompetitor(uncPS)
 	t.row("uncontended pairs/s >= best other library", num(d), fmt.Sprintf("%s: %s (x%.2f)", bn, num(bv), d/bv), mark(d >= bv))
-	ceiling := r.ceil(bench.Ceiling.Pairs).Med
-	t.row("uncontended pairs/s >= 0.75 x ceiling", num(d), fmt.Sprintf("0.75 x %s = %s (x%.2f of ceiling)", num(ceiling), num(0.75*ceiling), d/ceiling), mark(d >= 0.75*ceiling))
+	if ceiling := r.ceil(bench.Ceiling.Pairs).Med; !math.IsNaN(ceiling) {
+		t.row("uncontended pairs/s >= 0.75 x ceiling", num(d), fmt.Sprintf("0.75 x %s = %s (x%.2f of ceiling)", num(ceiling), num(0.75*ceiling), d/ceiling), mark(d >= 0.75*ceiling))
+	}
 	da := r.alloc("dlock", func(a Alloc) float64 { return a.AllocsOp }).Med
 	minOther, minLib := math.Inf(1), ""
 	for _, lib := range []string{"redsync", "redislock", "rueidislock"} {
@@ -490,7 +510,7 @@ func writeTargets(b *strings.Builder, r *Report) {
 		t.row(fmt.Sprintf("%d workers: wait p99 close to the FIFO bound, far below every other", n), num(p99)+" ms",
 			fmt.Sprintf("workers x hold = %s ms; (workers-1)/rate = %s ms; best other: %s %s ms", num(hold), num(fifo), bestName, num(bestP99)),
 			mark(p99 <= 2*fifo && p99 < bestP99/2))
-		g := get("dlock", func(x bench.ContendedResult) float64 { return ms(x.Gap.P50) })
+		g := get("dlock", func(x bench.ContendedResult) float64 { return pms(x.Gap, x.Gap.P50) })
 		t.row(fmt.Sprintf("%d workers: handoff gap p50 < 0.3 ms", n), num(g)+" ms", "", mark(g < 0.3))
 	}
 	rt := r.ren("dlock", func(x bench.RenewalResult) float64 { return x.RoundTrips }).Med
