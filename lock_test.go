@@ -756,3 +756,69 @@ func TestKeysWithBraces(t *testing.T) {
 		t.Error("locks left behind")
 	}
 }
+
+// release.lua: a release never raises the hold count. Inner Locks unlocked
+// out of order (level 2, then level 3) leave one hold, not two.
+func TestOutOfOrderInnerUnlockNeverRaisesHolds(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l1 := mustLock(t, c, "nest")
+	l2, err := c.Lock(l1.Context(), "nest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l3, err := c.Lock(l2.Context(), "nest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l3.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.HGet(ctx, c.keys("nest").lock, l1.Token()).Int(); n != 1 {
+		t.Errorf("after both inner Locks unlocked, %d holds, want 1", n)
+	}
+	_ = l1.Unlock(ctx)
+}
+
+// extend.lua: an Extend by a holder whose lock was taken over fails, and
+// leaves the new holder's lease alone.
+func TestExtendAfterTakeoverFails(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb)
+	ctx := context.Background()
+	a := mustLock(t, c1, "takeover")
+	if err := c1.ForceRelease(ctx, "takeover"); err != nil {
+		t.Fatal(err)
+	}
+	b := mustLock(t, c2, "takeover", WithTTL(5*time.Second))
+	defer b.Unlock(ctx)
+	if err := a.Extend(ctx, time.Hour); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Extend of a lock taken over = %v, want ErrLockLost", err)
+	}
+	if pttl := rdb.PTTL(ctx, c2.keys("takeover").lock).Val(); pttl > 5*time.Second {
+		t.Errorf("the new holder's lease is %v, want at most its own 5s", pttl)
+	}
+}
+
+// reenter.lua: re-entering a lock that was taken over fails, and adds no
+// hold to the new holder's lock.
+func TestReenterAfterTakeoverFails(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb)
+	ctx := context.Background()
+	a := mustLock(t, c1, "retake")
+	if err := c1.ForceRelease(ctx, "retake"); err != nil {
+		t.Fatal(err)
+	}
+	b := mustLock(t, c2, "retake")
+	defer b.Unlock(ctx)
+	if l, err := c1.Lock(a.Context(), "retake"); !errors.Is(err, ErrLockLost) {
+		t.Errorf("re-entering a lock taken over = %v, %v; want ErrLockLost", l, err)
+	}
+	if rdb.HExists(ctx, c2.keys("retake").lock, a.Token()).Val() {
+		t.Error("re-entering added a hold for the old token to the new holder's lock")
+	}
+}

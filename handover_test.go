@@ -1,0 +1,233 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// The hand-over: who gets a lock that is released, force-released or
+// expired with waiters queued, when they learn of it, and from when they
+// may trust it.
+
+// receiveLock waits for lockAsync's result.
+func receiveLock(t *testing.T, got <-chan lockResult, within time.Duration, what string) *Lock {
+	t.Helper()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.l
+	case <-time.After(within):
+		t.Fatalf("%s: not within %v", what, within)
+		return nil
+	}
+}
+
+// acquire.lua: a hand-over that the waiter finds by its own check (no
+// pub/sub message) is trusted from before the hand-over, not from the
+// check that found it.
+func TestHandOverFoundByCheckTrustedFromBeforeIt(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	c := newClientOn(t, rdb)
+	c.be.(*node).wake.close() // no pub/sub: the waiter learns by checking
+	ctx := context.Background()
+	a := mustLock(t, holder, "found", WithTTL(time.Minute))
+	const ttl = 3 * time.Second // the waiter checks every second
+	got := lockAsync(context.Background(), c, "found", WithTTL(ttl), WithoutRenewal())
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "found") == 1 })
+	before := time.Now()
+	if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	defer l.Unlock(ctx)
+	if d := c.dog.deadline(l.h); !d.Before(before.Add(ttl - backend.Drift(ttl))) {
+		t.Errorf("trusted until %v after the hand-over began, want less than the %v lease less the drift margin", d.Sub(before), ttl)
+	}
+}
+
+// acquire.lua: a newcomer that finds a lock expired with waiters queued
+// hands it to the first waiter (who is told at once), instead of leaving
+// it free until that waiter's next check.
+func TestExpiredLockGoesToFirstWaiterOnArrival(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb, WithQueueTTL(30*time.Second))
+	ctx := context.Background()
+	_ = mustLock(t, c1, "expired", WithTTL(30*time.Second))
+	got := lockAsync(context.Background(), c2, "expired", WithTTL(30*time.Second)) // checks every 10s
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "expired") == 1 })
+	// The holder dies: its lease runs out.
+	rdb.PExpire(ctx, c1.keys("expired").lock, 20*time.Millisecond)
+	waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return rdb.Exists(ctx, c1.keys("expired").lock).Val() == 0 })
+	if _, err := c1.TryLock(ctx, "expired"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with a waiter queued = %v, want ErrNotObtained", err)
+	}
+	l := receiveLock(t, got, 3*time.Second, "the first waiter to get the expired lock")
+	_ = l.Unlock(ctx)
+}
+
+// acquire.lua: a waiter that takes an expired lock itself leaves the
+// queue; otherwise its own release hands the lock back to it.
+func TestWaiterTakingExpiredLockLeavesQueue(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb)
+	ctx := context.Background()
+	_ = mustLock(t, c1, "took", WithTTL(30*time.Second))
+	got := lockAsync(context.Background(), c2, "took")
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "took") == 1 })
+	rdb.PExpire(ctx, c1.keys("took").lock, 20*time.Millisecond)
+	l := receiveLock(t, got, 5*time.Second, "the waiter to take the expired lock")
+	if n := queued(t, rdb, c2, "took"); n != 0 {
+		t.Errorf("%d entries left in the queue after the waiter took the lock", n)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, c2.keys("took").lock).Val() != 0 {
+		t.Error("the lock is held after its only holder unlocked it")
+	}
+}
+
+// common.lua enqueue: a waiter refreshing its entry keeps its place; it
+// does not fall behind those who arrived after it.
+func TestRefreshKeepsPlaceInQueue(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	quick := newClientOn(t, rdb, WithQueueTTL(300*time.Millisecond)) // refreshes every 100ms
+	slow := newClientOn(t, rdb)
+	ctx := context.Background()
+	l := mustLock(t, holder, "place")
+	order := make(chan int, 2)
+	lockInTurn(t, quick, "place", 0, order)
+	waitUntil(t, 5*time.Second, "the first waiter", func() bool { return queued(t, rdb, holder, "place") == 1 })
+	k := holder.keys("place")
+	first := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
+	lockInTurn(t, slow, "place", 1, order)
+	waitUntil(t, 5*time.Second, "the second waiter", func() bool { return queued(t, rdb, holder, "place") == 2 })
+	entry := rdb.HGet(ctx, k.waiters, first).Val()
+	waitUntil(t, 5*time.Second, "the first waiter to refresh its entry", func() bool {
+		return rdb.HGet(ctx, k.waiters, first).Val() != entry
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-order; got != 0 {
+		t.Errorf("the waiter that arrived second was served first")
+	}
+	<-order
+}
+
+// common.lua waiter: an expired queue entry (a waiter that died) is never
+// handed the lock; the release leaves it free for the next caller.
+func TestExpiredEntryIsNotHandedTheLock(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("stale")
+	l := mustLock(t, c, "stale")
+	dead := backend.NewToken()
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", 100, 30000, "dead-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	// The queue's keys outlive the entry (as when others queued later).
+	rdb.PExpire(ctx, k.queue, time.Minute)
+	rdb.PExpire(ctx, k.waiters, time.Minute)
+	time.Sleep(200 * time.Millisecond) // the entry's deadline passes
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.HExists(ctx, k.lock, dead).Val() {
+		t.Fatal("the lock was handed to a waiter whose entry had expired")
+	}
+	l2, err := c.TryLock(ctx, "stale")
+	if err != nil {
+		t.Fatalf("TryLock after the release = %v", err)
+	}
+	_ = l2.Unlock(ctx)
+}
+
+// node_acquire.go: a lock handed over to a waiter of a renewing lock gets
+// at most a queue TTL of lease, so a waiter that died meanwhile blocks it
+// no longer than that.
+func TestHandOverLeaseIsAtMostQueueTTL(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	const qttl = 2 * time.Second
+	c := newClientOn(t, rdb, WithQueueTTL(qttl))
+	ctx := context.Background()
+	a := mustLock(t, holder, "short")
+	got := lockAsync(context.Background(), c, "short", WithTTL(time.Minute))
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "short") == 1 })
+	if err := a.Unlock(ctx); err != nil { // hands over
+		t.Fatal(err)
+	}
+	if pttl := rdb.PTTL(ctx, c.keys("short").lock).Val(); pttl <= 0 || pttl > qttl {
+		t.Errorf("handed-over lease %v, want at most the queue TTL %v", pttl, qttl)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	_ = l.Unlock(ctx)
+}
+
+// node_acquire.go: a lock handed over by pub/sub is trusted from the
+// waiter's last check before the hand-over, not from the message.
+func TestHandOverMessageTrustedFromLastCheck(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+	a := mustLock(t, holder, "msg")
+	const ttl = 2 * time.Second
+	got := lockAsync(context.Background(), c, "msg", WithTTL(ttl), WithoutRenewal())
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "msg") == 1 })
+	before := time.Now()
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	defer l.Unlock(ctx)
+	if d := c.dog.deadline(l.h); !d.Before(before.Add(ttl - backend.Drift(ttl))) {
+		t.Errorf("trusted until %v after the hand-over began, want less than the %v lease less the drift margin", d.Sub(before), ttl)
+	}
+}
+
+// node_acquire.go: a hand-over published after the waiter's check but
+// before its subscription took effect is found by checking again as soon
+// as the subscription is ready, not at the next refresh.
+func TestHandOverBeforeSubscriptionIsFound(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	holder := newClientOn(t, rdb)
+	ctx := context.Background()
+	a := mustLock(t, holder, "gap")
+	var once sync.Once
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{acquireEval.sha: func() error {
+		// The waiter has just queued; it is not subscribed yet.
+		once.Do(func() { _ = a.Unlock(ctx) })
+		return nil
+	}}}, WithQueueTTL(30*time.Second))
+	got := lockAsync(context.Background(), c, "gap", WithTTL(30*time.Second)) // refreshes every 10s
+	l := receiveLock(t, got, 3*time.Second, "the hand-over to be found")
+	_ = l.Unlock(ctx)
+}
+
+// forcerelease.lua: a force release hands the lock straight to the first
+// waiter, who is told at once (not at its next check).
+func TestForceReleaseHandsOver(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb, WithQueueTTL(30*time.Second))
+	ctx := context.Background()
+	_ = mustLock(t, c1, "forced")
+	got := lockAsync(context.Background(), c2, "forced", WithTTL(30*time.Second)) // checks every 10s
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "forced") == 1 })
+	if err := c1.ForceRelease(ctx, "forced"); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, c1.keys("forced").lock).Val() != 1 {
+		t.Error("the force release did not hand the lock to the waiter")
+	}
+	l := receiveLock(t, got, 3*time.Second, "the waiter to be told")
+	_ = l.Unlock(ctx)
+}
