@@ -30,26 +30,33 @@ func receiveLock(t *testing.T, got <-chan lockResult, within time.Duration, what
 	}
 }
 
-// acquire.lua: a hand-over that the waiter finds by its own check (no
-// pub/sub message) is trusted from before the hand-over, not from the
-// check that found it.
-func TestHandOverFoundByCheckTrustedFromBeforeIt(t *testing.T) {
-	holder, rdb, _ := newTestClient(t)
-	c := newClientOn(t, rdb)
-	c.be.(*node).wake.close() // no pub/sub: the waiter learns by checking
-	ctx := context.Background()
-	a := mustLock(t, holder, "found", WithTTL(time.Minute))
-	const ttl = 3 * time.Second // the waiter checks every second
-	got := lockAsync(context.Background(), c, "found", WithTTL(ttl), WithoutRenewal())
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "found") == 1 })
-	before := time.Now()
-	if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
-		t.Fatal(err)
-	}
-	l := receiveLock(t, got, 5*time.Second, "hand-over")
-	defer l.Unlock(ctx)
-	if d := c.dog.deadline(l.h); !d.Before(before.Add(ttl - backend.Drift(ttl))) {
-		t.Errorf("trusted until %v after the hand-over began, want less than the %v lease less the drift margin", d.Sub(before), ttl)
+// A lock handed over is trusted from the waiter's last check before the
+// hand-over, not from the moment the waiter learns of it: whether by its
+// message (node_acquire.go) or, without pub/sub, by its own next check
+// (acquire.lua's "handed over" answer).
+func TestHandOverTrustedFromBeforeIt(t *testing.T) {
+	for _, byCheck := range []bool{false, true} {
+		t.Run(map[bool]string{false: "by message", true: "by check"}[byCheck], func(t *testing.T) {
+			holder, rdb, _ := newTestClient(t)
+			c := newClientOn(t, rdb)
+			if byCheck {
+				c.be.(*node).wake.close() // no pub/sub: the waiter learns by checking, every second
+			}
+			ctx := context.Background()
+			a := mustLock(t, holder, "trust", WithTTL(time.Minute))
+			const ttl = 3 * time.Second
+			got := lockAsync(ctx, c, "trust", WithTTL(ttl), WithoutRenewal())
+			waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "trust") == 1 })
+			before := time.Now()
+			if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
+				t.Fatal(err)
+			}
+			l := receiveLock(t, got, 5*time.Second, "hand-over")
+			defer l.Unlock(ctx)
+			if d := c.dog.deadline(l.h); !d.Before(before.Add(ttl - backend.Drift(ttl))) {
+				t.Errorf("trusted until %v after the hand-over began, want less than the %v lease less the drift margin", d.Sub(before), ttl)
+			}
+		})
 	}
 }
 
@@ -61,7 +68,7 @@ func TestExpiredLockGoesToFirstWaiterOnArrival(t *testing.T) {
 	c2 := newClientOn(t, rdb, WithQueueTTL(30*time.Second))
 	ctx := context.Background()
 	_ = mustLock(t, c1, "expired", WithTTL(30*time.Second))
-	got := lockAsync(context.Background(), c2, "expired", WithTTL(30*time.Second)) // checks every 10s
+	got := lockAsync(ctx, c2, "expired", WithTTL(30*time.Second)) // checks every 10s
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "expired") == 1 })
 	// The holder dies: its lease runs out.
 	rdb.PExpire(ctx, c1.keys("expired").lock, 20*time.Millisecond)
@@ -80,7 +87,7 @@ func TestWaiterTakingExpiredLockLeavesQueue(t *testing.T) {
 	c2 := newClientOn(t, rdb)
 	ctx := context.Background()
 	_ = mustLock(t, c1, "took", WithTTL(30*time.Second))
-	got := lockAsync(context.Background(), c2, "took")
+	got := lockAsync(ctx, c2, "took")
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "took") == 1 })
 	rdb.PExpire(ctx, c1.keys("took").lock, 20*time.Millisecond)
 	l := receiveLock(t, got, 5*time.Second, "the waiter to take the expired lock")
@@ -160,7 +167,7 @@ func TestHandOverLeaseIsAtMostQueueTTL(t *testing.T) {
 	c := newClientOn(t, rdb, WithQueueTTL(qttl))
 	ctx := context.Background()
 	a := mustLock(t, holder, "short")
-	got := lockAsync(context.Background(), c, "short", WithTTL(time.Minute))
+	got := lockAsync(ctx, c, "short", WithTTL(time.Minute))
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "short") == 1 })
 	if err := a.Unlock(ctx); err != nil { // hands over
 		t.Fatal(err)
@@ -170,27 +177,6 @@ func TestHandOverLeaseIsAtMostQueueTTL(t *testing.T) {
 	}
 	l := receiveLock(t, got, 5*time.Second, "hand-over")
 	_ = l.Unlock(ctx)
-}
-
-// node_acquire.go: a lock handed over by pub/sub is trusted from the
-// waiter's last check before the hand-over, not from the message.
-func TestHandOverMessageTrustedFromLastCheck(t *testing.T) {
-	holder, rdb, _ := newTestClient(t)
-	c := newClientOn(t, rdb)
-	ctx := context.Background()
-	a := mustLock(t, holder, "msg")
-	const ttl = 2 * time.Second
-	got := lockAsync(context.Background(), c, "msg", WithTTL(ttl), WithoutRenewal())
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "msg") == 1 })
-	before := time.Now()
-	if err := a.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := receiveLock(t, got, 5*time.Second, "hand-over")
-	defer l.Unlock(ctx)
-	if d := c.dog.deadline(l.h); !d.Before(before.Add(ttl - backend.Drift(ttl))) {
-		t.Errorf("trusted until %v after the hand-over began, want less than the %v lease less the drift margin", d.Sub(before), ttl)
-	}
 }
 
 // node_acquire.go: a hand-over published after the waiter's check but
@@ -208,7 +194,7 @@ func TestHandOverBeforeSubscriptionIsFound(t *testing.T) {
 		once.Do(func() { _ = a.Unlock(ctx) })
 		return nil
 	}}}, WithQueueTTL(30*time.Second))
-	got := lockAsync(context.Background(), c, "gap", WithTTL(30*time.Second)) // refreshes every 10s
+	got := lockAsync(ctx, c, "gap", WithTTL(30*time.Second)) // refreshes every 10s
 	l := receiveLock(t, got, 3*time.Second, "the hand-over to be found")
 	_ = l.Unlock(ctx)
 }
@@ -220,7 +206,7 @@ func TestForceReleaseHandsOver(t *testing.T) {
 	c2 := newClientOn(t, rdb, WithQueueTTL(30*time.Second))
 	ctx := context.Background()
 	_ = mustLock(t, c1, "forced")
-	got := lockAsync(context.Background(), c2, "forced", WithTTL(30*time.Second)) // checks every 10s
+	got := lockAsync(ctx, c2, "forced", WithTTL(30*time.Second)) // checks every 10s
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c2, "forced") == 1 })
 	if err := c1.ForceRelease(ctx, "forced"); err != nil {
 		t.Fatal(err)
