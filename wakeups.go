@@ -51,9 +51,10 @@ type channelSubs struct {
 	earlyOrder []string // oldest first, to bound early
 
 	// lost is when messages on the channel were last possibly missed (the
-	// connection dropped, or the subscription came back). The nudges sent
-	// then reach only the waiters registered at the time; a waiter whose
-	// check is older than lost registers too late for them.
+	// subscription took effect, the connection dropped, or the
+	// subscription came back). The nudges sent then reach only the waiters
+	// registered at the time; a waiter whose check is older than lost
+	// registers too late for them.
 	lost time.Time
 }
 
@@ -279,20 +280,23 @@ func (w *wakeups) markReady(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cs := w.channels[channel]
-	switch {
-	case cs == nil:
-	case !cs.isReady:
+	if cs == nil {
+		return
+	}
+	if !cs.isReady {
 		cs.isReady = true
 		close(cs.ready)
-	default:
-		// Subscribed again (after a reconnection or a slot move):
-		// hand-overs sent while it was not may be missed.
-		cs.lost = time.Now()
-		for _, wt := range cs.waiters {
-			select {
-			case wt.nudge <- struct{}{}:
-			default:
-			}
+	}
+	// Subscribed, for the first time or again (after a reconnection or a
+	// slot move): hand-overs sent before may be missed. Every waiter whose
+	// check is older checks again: those registered now by a nudge, those
+	// still to register when they do (subscribe). A waiter cannot tell by
+	// ready alone: it may find ready closed already, and not know when.
+	cs.lost = time.Now()
+	for _, wt := range cs.waiters {
+		select {
+		case wt.nudge <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -98,3 +98,44 @@ func TestReconnectBeforeWaiterRegisters(t *testing.T) {
 	default:
 	}
 }
+
+// A hand-over published after a waiter's check but before its new
+// subscription took effect is missed. Whether the waiter registered before
+// the subscription took effect or after, it is told to check again; one
+// whose check came after is not.
+func TestNewSubscriptionNudgesEarlierChecks(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	w := c.be.(*node).wake
+	ch := c.keys("new").channel
+
+	checked := time.Now()
+	early, err := w.subscribe(ctx, ch, "early", checked) // subscribes the channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.leave()
+	<-early.ready
+	late, err := w.subscribe(ctx, ch, "late", checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.leave()
+	for name, wt := range map[string]*waiter{"registered before": early, "registered after": late} {
+		select {
+		case <-wt.nudge:
+		default:
+			t.Errorf("a waiter %s the subscription took effect, whose check came earlier, was not told to check again", name)
+		}
+	}
+	fresh, err := w.subscribe(ctx, ch, "fresh", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.leave()
+	select {
+	case <-fresh.nudge:
+		t.Error("a waiter whose check came after the subscription took effect was nudged for nothing")
+	default:
+	}
+}
