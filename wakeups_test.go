@@ -6,21 +6,28 @@ import (
 	"time"
 )
 
+// lingeringChannel subscribes c's hand-over channel for key and lets it
+// linger, subscribed, with no waiter: as after a wait on key just ended.
+func lingeringChannel(t *testing.T, c *Client, key string) (*wakeups, string) {
+	t.Helper()
+	w := c.be.(*node).wake
+	ch := c.keys(key).channel
+	first, err := w.subscribe(context.Background(), ch, "first", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-first.ready
+	first.leave()
+	return w, ch
+}
+
 // A waiter registers after its check joined the queue. On a channel that
 // is still subscribed, the hand-over can arrive in between; it must not be
 // lost (the waiter would sleep until its next refresh).
 func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
-	w := c.be.(*node).wake
-	ch := c.keys("early").channel
-
-	first, err := w.subscribe(ctx, ch, "first", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-first.ready
-	first.leave() // the channel lingers, subscribed
+	w, ch := lingeringChannel(t, c, "early")
 
 	if err := rdb.SPublish(ctx, ch, "late 42").Err(); err != nil {
 		t.Fatal(err)
@@ -53,15 +60,7 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 func TestReconnectBeforeWaiterRegisters(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
-	w := c.be.(*node).wake
-	ch := c.keys("gap").channel
-
-	first, err := w.subscribe(ctx, ch, "first", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-first.ready
-	first.leave() // the channel lingers, subscribed
+	w, ch := lingeringChannel(t, c, "gap")
 
 	checked := time.Now() // the late waiter's check starts
 	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
