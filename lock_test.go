@@ -385,12 +385,7 @@ func handOverWakesWaiter(t *testing.T, rdb *redis.Client, c1, c2 *Client) {
 		got <- result{l2, err}
 	}()
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
-	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
-		c2.be.(*node).wake.mu.Lock()
-		defer c2.be.(*node).wake.mu.Unlock()
-		cs := c2.be.(*node).wake.channels[c2.wakeChannel("wake")]
-		return cs != nil && cs.isReady
-	})
+	waitSubscribed(t, c2.be.(*node).wake, c2.wakeChannel("wake"))
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -111,17 +111,12 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "error", err)
 			}
 		}
-		var ready, nudge <-chan struct{}
+		// A hand-over the subscription may have missed (sent before it
+		// took effect, or while it was down) comes as a nudge to check.
+		var nudge <-chan struct{}
 		var granted <-chan uint64
 		if wt != nil {
 			granted, nudge = wt.granted, wt.nudge
-			select {
-			case <-wt.ready:
-			default:
-				// A hand-over sent before the subscription took effect is
-				// missed: check again as soon as it does.
-				ready = wt.ready
-			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(delay)
@@ -133,7 +128,6 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			if g, done, err := a.handedOver(ctx, fence, notHeldAt); done {
 				return g, err
 			}
-		case <-ready:
 		case <-nudge:
 		case <-timer.C:
 		case <-ctx.Done():

@@ -40,9 +40,8 @@ type shard struct {
 type channelSubs struct {
 	shard   *shard
 	waiters map[string]*waiter // by token
-	ready   chan struct{}      // closed when the server confirmed the subscription
-	isReady bool
-	idle    *time.Timer // pending unsubscribe after the last waiter left
+	isReady bool               // the server confirmed the subscription
+	idle    *time.Timer        // pending unsubscribe after the last waiter left
 
 	// early holds hand-overs to tokens that had no waiter yet: a waiter
 	// registers after its check joined the queue, and on a channel that is
@@ -69,7 +68,6 @@ type waiter struct {
 	token   string
 	granted chan uint64   // the fence of a lock handed over to token
 	nudge   chan struct{} // messages may have been missed: check again
-	ready   <-chan struct{}
 }
 
 func newWakeups(rdb redis.UniversalClient) *wakeups {
@@ -81,11 +79,12 @@ func newWakeups(rdb redis.UniversalClient) *wakeups {
 	}
 }
 
-// subscribe registers token as waiting on channel. The returned waiter's
-// ready channel closes once messages on channel are certain to arrive; a
-// hand-over that happened before that must be found by checking again.
-// checked is when the waiter's last check started: if messages may have
-// been missed since, the waiter is nudged at once.
+// subscribe registers token as waiting on channel. checked is when the
+// waiter's last check started: a hand-over made since that the
+// subscription may have missed (it was not confirmed yet, or down) is
+// found by checking again, when the waiter's nudge channel says so: at
+// once if messages may have been missed already, else when the
+// subscription takes effect.
 func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked time.Time) (*waiter, error) {
 	sharded, err := w.hasSharded(ctx, channel)
 	if err != nil {
@@ -102,7 +101,7 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 		if err != nil {
 			return nil, err
 		}
-		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter), ready: make(chan struct{})}
+		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter)}
 		if sharded {
 			err = sh.ps.SSubscribe(ctx, channel)
 		} else {
@@ -129,7 +128,6 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 		w: w, channel: channel, token: token,
 		granted: make(chan uint64, 1),
 		nudge:   make(chan struct{}, 1),
-		ready:   cs.ready,
 	}
 	cs.waiters[token] = wt
 	if !cs.lost.IsZero() && !cs.lost.Before(checked) {
@@ -283,15 +281,11 @@ func (w *wakeups) markReady(channel string) {
 	if cs == nil {
 		return
 	}
-	if !cs.isReady {
-		cs.isReady = true
-		close(cs.ready)
-	}
+	cs.isReady = true
 	// Subscribed, for the first time or again (after a reconnection or a
 	// slot move): hand-overs sent before may be missed. Every waiter whose
 	// check is older checks again: those registered now by a nudge, those
-	// still to register when they do (subscribe). A waiter cannot tell by
-	// ready alone: it may find ready closed already, and not know when.
+	// still to register when they do (subscribe).
 	cs.lost = time.Now()
 	for _, wt := range cs.waiters {
 		select {

@@ -16,7 +16,7 @@ func lingeringChannel(t *testing.T, c *Client, key string) (*wakeups, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-first.ready
+	waitSubscribed(t, w, ch)
 	first.leave()
 	return w, ch
 }
@@ -105,7 +105,7 @@ func TestNewSubscriptionNudgesEarlierChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer early.leave()
-	<-early.ready
+	waitSubscribed(t, w, ch)
 	late, err := w.subscribe(ctx, ch, "late", checked)
 	if err != nil {
 		t.Fatal(err)
@@ -135,4 +135,15 @@ func freshIsNotNudged(t *testing.T, w *wakeups, ch string) {
 		t.Error("a waiter whose check came after every possible loss was nudged for nothing")
 	default:
 	}
+}
+
+// waitSubscribed waits until the server confirmed ch's subscription.
+func waitSubscribed(t *testing.T, w *wakeups, ch string) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, "the subscription of "+ch, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		cs := w.channels[ch]
+		return cs != nil && cs.isReady
+	})
 }
