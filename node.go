@@ -57,7 +57,7 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, e
 	pipe := n.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	for i, r := range rs {
-		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL))
+		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err

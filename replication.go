@@ -583,7 +583,7 @@ func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Durat
 func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
 	calls := make([]*call, len(rs))
 	for i, r := range rs {
-		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL)}}
+		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen}}
 	}
 	n.runAcked(ctx, calls)
 	out := make([]backend.Outcome, len(rs))

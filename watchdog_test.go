@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
@@ -212,5 +213,46 @@ func TestRenewalTrustedFromBeforeItWasSent(t *testing.T) {
 	waitUntil(t, 5*time.Second, "the renewal's reply to be read", func() bool { return !c.dog.deadline(l.h).Equal(first) })
 	if d := c.dog.deadline(l.h); d.After(ran.Add(ttl)) {
 		t.Errorf("renewed lease trusted until %v after Redis reset it to %v", d.Sub(ran), ttl)
+	}
+}
+
+// A renewal that timed out on the client may still reach Redis later (it
+// sat in a socket buffer of a stalled server). Landing after an Extend to a
+// longer lease, it must not cut the lease short of what the holder trusts:
+// renewals only ever lengthen a lease.
+func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	late := make(chan []any, 1)
+	var armed atomic.Bool
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			late <- nil
+			return errors.New("i/o timeout") // the client gives up; Redis gets it later
+		}
+		return nil
+	}}})
+	const ttl = 900 * time.Millisecond // renewed every 300ms
+	l := mustLock(t, c, "late-renewal", WithTTL(ttl))
+	defer l.Unlock(ctx)
+	armed.Store(true)
+	select {
+	case <-late:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal within 5s")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The renewal arrives now, as the watchdog sent it.
+	if o := c.be.Renew(ctx, []backend.Renewal{{Lease: l.h.lease, TTL: ttl}}); o[0] != backend.Held {
+		t.Fatalf("late renewal: %v", o[0])
+	}
+	pttl, err := rdb.PTTL(ctx, leaseKeys(l.h.lease).lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trusted := time.Until(c.dog.deadline(l.h)); pttl < trusted {
+		t.Errorf("after a late renewal Redis keeps the lock %v, the holder trusts it %v", pttl, trusted.Round(time.Millisecond))
 	}
 }

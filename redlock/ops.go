@@ -106,7 +106,7 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(rs))
 		for i, r := range rs {
-			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL))
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err

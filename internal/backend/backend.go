@@ -78,6 +78,11 @@ type Renewal struct {
 	TTL   time.Duration
 }
 
+// Lengthen is the extend scripts' mode argument for a renewal: it only
+// ever lengthens a lease, so that one reaching Redis late (its client gave
+// up on it) cannot cut short a longer lease an Extend set meanwhile.
+const Lengthen = "renew"
+
 // Outcome says what a renewal, extension or TTL read found.
 type Outcome int
 

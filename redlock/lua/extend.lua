@@ -1,9 +1,12 @@
 -- extend: reset the lease of KEYS[1] to ARGV[2] ms if ARGV[1] still holds
 -- it on this node. A node that lost the lock (it expired, or the node
--- restarted empty) is never given it back: see docs/safety.md.
--- Returns 1 when extended, 0 when the token does not hold the lock here.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+-- restarted empty) is never given it back: see docs/safety.md. A watchdog
+-- renewal (ARGV[3] 'renew') only ever lengthens the lease: one that reached
+-- the node late, after its client gave up waiting for it, must not cut
+-- short a longer lease that an Extend set meanwhile.
+-- Returns 1 when held (and extended), 0 when the token does not hold it here.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+if ARGV[3] ~= 'renew' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
 end
-return 0
+return 1
