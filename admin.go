@@ -26,7 +26,7 @@ type LockInfo struct {
 	HoldCount  int           `json:"hold_count"`  // reentrant holds
 	Holder     Holder        `json:"holder"`      // who took it
 	AcquiredAt time.Time     `json:"acquired_at"` // server time of the grant
-	Waiters    int64         `json:"waiters"`     // queued waiters
+	Waiters    int64         `json:"waiters"`     // queued waiters whose entries have not expired
 }
 
 // Inspect reads a lock's state for operators, in one round trip. It does
@@ -43,11 +43,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	all := pipe.HGetAll(ctx, k.lock)
 	pttl := pipe.PTTL(ctx, k.lock)
 	fence := pipe.Get(ctx, k.fence)
-	waiters := pipe.ZCard(ctx, k.queue)
+	entries := pipe.HVals(ctx, k.waiters)
+	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, redisError("inspect", key, err)
 	}
-	info := &LockInfo{Key: key, Waiters: waiters.Val()}
+	info := &LockInfo{Key: key, Waiters: liveWaiters(entries.Val(), now.Val())}
 	info.Fence, _ = strconv.ParseUint(fence.Val(), 10, 64)
 	for field, v := range all.Val() {
 		switch field {
@@ -69,6 +70,20 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 		info.TTL = pttl.Val()
 	}
 	return info, nil
+}
+
+// liveWaiters counts the queue entries ("deadline_ms lease client meta")
+// that have not expired by the server's clock: a waiter that died keeps
+// its entry until the next hand-over drops it, but it is not waiting.
+func liveWaiters(entries []string, now time.Time) int64 {
+	var n int64
+	for _, e := range entries {
+		deadline, _, _ := strings.Cut(e, " ")
+		if ms, err := strconv.ParseInt(deadline, 10, 64); err == nil && ms > now.UnixMilli() {
+			n++
+		}
+	}
+	return n
 }
 
 // ForceRelease removes a lock whoever holds it, for an operator clearing a

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 func TestInspect(t *testing.T) {
@@ -218,6 +219,50 @@ func TestListReturnsEachLockOnce(t *testing.T) {
 		}
 		if len(seen) != locks {
 			t.Fatalf("round %d: List returned %d distinct names for %d locks", round, len(seen), locks)
+		}
+	}
+}
+
+// A waiter that died (here: cut off from Redis) leaves its queue entry
+// until the entry expires; a live waiter behind it keeps the queue's keys.
+// Inspect counts only the entries that have not expired.
+func TestInspectCountsLiveWaitersOnly(t *testing.T) {
+	c, _, srv := newTestClient(t)
+	ctx := context.Background()
+	held := mustLock(t, c, "busy")
+	defer held.Unlock(ctx)
+	waiting := func(t *testing.T) int64 {
+		info, err := c.Inspect(ctx, "busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Waiters
+	}
+
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	dead, _ := hookedClient(t, proxy.Addr(), scriptHook{}, WithQueueTTL(300*time.Millisecond))
+	deadCtx, cancelDead := context.WithCancel(ctx)
+	deadDone := make(chan error, 1)
+	go func() { _, err := dead.Lock(deadCtx, "busy"); deadDone <- err }()
+	waitUntil(t, 5*time.Second, "the first waiter to queue", func() bool { return waiting(t) == 1 })
+	proxy.Freeze() // its refreshes no longer arrive: its entry expires in 300ms
+
+	liveCtx, cancelLive := context.WithCancel(ctx)
+	liveDone := make(chan error, 1)
+	go func() { _, err := c.Lock(liveCtx, "busy"); liveDone <- err }()
+	waitUntil(t, 5*time.Second, "the second waiter to queue", func() bool { return waiting(t) == 2 })
+	waitUntil(t, 5*time.Second, "Inspect to count the live waiter alone", func() bool { return waiting(t) == 1 })
+
+	cancelLive()
+	cancelDead()
+	proxy.Thaw()
+	for _, done := range []chan error{liveDone, deadDone} {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v", err)
 		}
 	}
 }
