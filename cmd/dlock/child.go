@@ -30,7 +30,11 @@ type child struct {
 	// pgid is the command's own process group, which gets the signals, or
 	// 0 when it shares dlock's group (at an interactive terminal).
 	pgid int
-	done chan struct{} // closed when the command has exited and been reaped
+	// started is, when the command shares dlock's group, the processes it
+	// had started when it was last signalled: they are signalled with it,
+	// and killed at the end, since no process group holds them apart.
+	started []int
+	done    chan struct{} // closed when the command has exited and been reaped
 }
 
 // startChild starts argv in its own process group, so that signals reach
@@ -57,20 +61,34 @@ func startChild(path string, argv, env []string, stdout, stderr io.Writer) (*chi
 	return c, nil
 }
 
-// signal sends sig to the command's process group (or the command alone if
-// it shares dlock's group).
+// signal sends sig to the command's process group or, if it shares
+// dlock's group, to the command and the processes it started (found in
+// /proc on Linux; elsewhere the command alone).
 func (c *child) signal(sig syscall.Signal) {
 	if c.pgid > 0 {
 		_ = syscall.Kill(-c.pgid, sig)
 		return
 	}
+	// Found before the command is signalled: once it exits, they are
+	// no longer its descendants.
+	if ds := descendants(c.cmd.Process.Pid); len(ds) > 0 {
+		c.started = ds
+	}
 	_ = c.cmd.Process.Signal(sig)
+	for _, pid := range c.started {
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
-// kill sends SIGKILL to what is left of the command's own process group.
+// kill sends SIGKILL to what is left of the command's own process group,
+// or of the processes it had started when it was last signalled.
 func (c *child) kill() {
 	if c.pgid > 0 {
 		_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
+		return
+	}
+	for _, pid := range c.started {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

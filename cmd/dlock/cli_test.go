@@ -52,6 +52,11 @@ func TestCompletion(t *testing.T) {
 	if got := lines(r.stdout); len(got) != 2 || got[0] != "complete-me:1" || got[1] != ":4" {
 		t.Errorf("completion of inspect complete-me: %q", got)
 	}
+	// A URL every command rejects completes nothing (go-redis would panic).
+	r = dlockRun(t, nil, "__complete", "--redis", sharedURL()+"?pool_size=-1", "inspect", "").want(t, 0)
+	if got := lines(r.stdout); len(got) != 1 || got[0] != ":4" {
+		t.Errorf("completion with pool_size=-1: %q, stderr %q", got, r.stderr)
+	}
 	// Commands complete without Redis.
 	r = dlockRun(t, nil, "__complete", "ins").want(t, 0)
 	if !strings.HasPrefix(r.stdout, "inspect\t") {

@@ -16,11 +16,14 @@ var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`
 
 // completeKeys completes a lock name from the locks held now. It prints
 // nothing if Redis cannot be reached.
-func (a *app) completeKeys(_ *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+func (a *app) completeKeys(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	a.setLogging()
+	if a.conn.validate(cmd) != nil { // PersistentPreRunE does not run here
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
 	defer cancel()
 	c, err := a.connect(ctx, "dlock completion")

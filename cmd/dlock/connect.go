@@ -88,6 +88,10 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 			// go-redis panics on it (makechan: size out of range).
 			return usagef("invalid Redis URL %s: pool_size %d must not be negative", redactURL(raw), o.PoolSize)
 		}
+		if o.MaxRetries < -1 {
+			// go-redis then sends no pipeline at all, and reports no error.
+			return usagef("invalid Redis URL %s: max_retries %d must be -1 (no retries) or more", redactURL(raw), o.MaxRetries)
+		}
 	}
 	return nil
 }

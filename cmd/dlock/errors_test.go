@@ -32,6 +32,9 @@ func TestBadInput(t *testing.T) {
 		// go-redis parses it, then panics making the pool.
 		{"negative pool size", nil, []string{"--redis", "redis://:" + secret + "@localhost?pool_size=-1", "run", "k", "--", "true"}, exitUsage, "pool_size -1 must not be negative"},
 		{"negative pool size with --cluster", nil, []string{"--redis", "redis://?pool_size=-1", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "pool_size -1 must not be negative"},
+		// go-redis parses it, then sends no pipeline at all and says nothing.
+		{"max retries below -1", nil, []string{"--redis", "redis://:" + secret + "@localhost?max_retries=-2", "inspect", "k"}, exitUsage, "max_retries -2 must be -1 (no retries) or more"},
+		{"unknown completion shell", nil, []string{"completion", "fsh"}, exitUsage, `unknown command "fsh" for "dlock completion"`},
 		{"bad URL in environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@localhost/1/2"}, []string{"list"}, exitUsage, "invalid Redis URL"},
 		{"bad duration", nil, []string{"--ttl", "5x", "inspect", "k"}, exitUsage, `invalid argument "5x" for "--ttl" flag`},
 		{"ttl too short", nil, []string{"--ttl", "1ms", "inspect", "k"}, exitUsage, "--ttl 1ms: must be between 10ms and 24h0m0s"},

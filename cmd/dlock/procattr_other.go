@@ -10,3 +10,7 @@ import "syscall"
 func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// descendants is unknown here: at an interactive terminal a lost lock stops
+// the command alone.
+func descendants(int) []int { return nil }

@@ -86,6 +86,14 @@ or --wait); 79 lock lost while the command ran; 1 anything else.`,
 		a.benchCmd(),
 		a.versionCmd(),
 	)
+	// cobra's completion command prints its help and exits 0 when the shell
+	// is missing or unknown (`dlock completion fsh > dlock.fish`).
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
+		c.RunE = func(cmd *cobra.Command, _ []string) error {
+			return usagef("completion takes one SHELL: bash, zsh, fish or powershell (see '%s --help')", cmd.CommandPath())
+		}
+	}
 	return root
 }
 

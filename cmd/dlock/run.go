@@ -58,7 +58,10 @@ SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to COMMAND's process group; dlock releases the lock once COMMAND has
 exited. At an interactive terminal COMMAND stays in dlock's process group, so
 it can use the terminal; Ctrl-C then reaches it directly and is not forwarded
-twice.
+twice. There dlock forwards no SIGINT or SIGQUIT at all (it cannot tell a kill
+from a keypress: signal COMMAND itself), and sends the other signals, and
+those of a lost lock, to COMMAND and the processes it started (on Linux;
+elsewhere to COMMAND alone).
 
 Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
 79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 64 usage; 69

@@ -1,0 +1,93 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// openPTY returns the master and slave ends of a new pseudo-terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("no pseudo-terminal: %v", err)
+	}
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatal(e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatal(e)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// At an interactive terminal COMMAND shares dlock's process group, yet a
+// lost lock must still stop what COMMAND started, as it does elsewhere
+// (TestRunLostLockStopsTheCommand): dlock exits 79 saying "the command was
+// stopped", and nothing of it may go on working without the lock.
+func TestLostLockAtTerminalStopsTheCommandsProcesses(t *testing.T) {
+	t.Parallel()
+	master, slave := openPTY(t)
+	go func() { _, _ = io.Copy(io.Discard, master) }() // the terminal's screen
+	dir := t.TempDir()
+	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+	exitFile := filepath.Join(dir, "exit")
+	// An interactive session: its leader (the shell, here a small one that
+	// stays until the test ends) runs dlock in the terminal's foreground
+	// process group, and dlock ending is not the session ending.
+	cmd := exec.Command("sh", "-c", `"$@"; echo $? > "$EXITF"; exec sleep 1000`, "sh",
+		dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "2s", "lost-at-tty", "--",
+		"sh", "-c", `sleep 1000 & echo $! > "$PIDF"; echo started >> "$LOG"; wait`)
+	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile, "EXITF="+exitFile)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if pg, _ := syscall.Getpgid(pid); pg != cmd.Process.Pid {
+		t.Fatalf("the command runs in process group %d, not the terminal's foreground group (%d)", pg, cmd.Process.Pid)
+	}
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), "lost-at-tty"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, processTimeout, "dlock to exit", func() bool { return fileText(exitFile) != "" })
+	if code := strings.TrimSpace(fileText(exitFile)); code != strconv.Itoa(exitLockLost) {
+		t.Fatalf("exit status %s, want %d", code, exitLockLost)
+	}
+	// The lock is free for others now: take it, as another dlock would.
+	l, err := lockClient(t, shared.Addr()).TryLock(context.Background(), "lost-at-tty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	waitUntil(t, 5*time.Second, fmt.Sprintf("the command's background process %d to be stopped: dlock exited %d (\"the command was stopped\") and another client holds the lock now (fence %d)", pid, exitLockLost, l.Fence()),
+		func() bool { return processGone(pid) })
+}
