@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -44,8 +46,21 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 	return &batcher{rdb: rdb, maxInflight: 2}
 }
 
+// errNotSent marks the error of a call that never reached Redis: the
+// caller's context had ended before it was sent.
+var errNotSent = errors.New("dlock: not sent")
+
+func notSent(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(fmt.Errorf("%w (%w)", ctx.Err(), errNotSent))
+	return cmd
+}
+
 // run runs script like (*redis.Script).Run.
 func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any) *redis.Cmd {
+	if ctx.Err() != nil {
+		return notSent(ctx)
+	}
 	if b.maxInflight < 0 {
 		return s.run(ctx, b.rdb, keys, args...)
 	}
@@ -76,9 +91,7 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 			}
 		}
 		b.mu.Unlock()
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+		return notSent(ctx)
 	}
 	b.mu.Unlock()
 	// Already on the wire: its outcome is what the caller must act on.

@@ -201,3 +201,38 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// An Unlock that fails (Redis went down) leaves the Redis lock held and its
+// Context live until its lease can no longer be trusted (Unlock may be
+// tried again). Until then the in-process lock stays taken, so that no
+// degraded Lock of the same Client overlaps it (WithDegradedMode's
+// promise); once the hold ends, the next goroutine gets one.
+func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback))
+	ctx := context.Background()
+	first := mustLock(t, c, "job", WithTTL(time.Second))
+	srv.Stop(t)
+	if err := first.Unlock(ctx); err == nil {
+		t.Fatal("Unlock with Redis down succeeded")
+	}
+	if l, err := c.TryLock(ctx, "job"); err == nil {
+		l.Unlock(ctx)
+		if first.Context().Err() == nil {
+			t.Fatalf("a lock (degraded %v) was granted while the first Lock is live", l.Degraded())
+		}
+	} else if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock while the first Lock is live = %v, want ErrNotObtained", err)
+	}
+	<-first.Done() // its lease can no longer be trusted
+	waitUntil(t, 5*time.Second, "a degraded lock once the first hold ended", func() bool {
+		l, err := c.TryLock(ctx, "job")
+		if err != nil {
+			return false
+		}
+		defer l.Unlock(ctx)
+		return l.Degraded()
+	})
+}

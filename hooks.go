@@ -178,8 +178,8 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 
 // release gives back a hold's level (Unlock): through the hold's backend,
 // recording the hold time of an adaptive lock, and freeing the local lock
-// at the outermost level, whatever Redis answered (the caller is done with
-// the lock).
+// at the outermost level once Redis released it, or else when the hold
+// ends (lost at its deadline, released by a retry, or Close).
 func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error) {
 	x := h.x
 	if x == nil {
@@ -200,7 +200,14 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 		left, err = c.beFor(h).Release(rctx, h.lease, level)
 	}
 	if level == 1 {
-		x.local.unlock()
+		if err == nil {
+			x.local.unlock()
+		} else {
+			// Redis may still hold the lock, and its Context stays live
+			// (Unlock may be retried): the next goroutine waits until the
+			// hold ends (released, lost, or Close).
+			context.AfterFunc(h.ctx, x.local.unlock)
+		}
 	}
 	e := ReleaseEndEvent{Key: h.lease.Key, Level: level, Held: held, Degraded: x.degraded, Err: err}
 	switch {

@@ -130,7 +130,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	left, err := l.c.release(ctx, l.h, l.level) // hooks.go
 	if err != nil {
-		l.unsure = true
+		if !errors.Is(err, errNotSent) {
+			l.unsure = true
+		} else if l.level == 1 && !l.unsure {
+			l.c.dog.notReleasing(l.h) // nothing reached Redis
+		}
 		return redisError("unlock", l.Key(), err)
 	}
 	l.released = true
@@ -169,6 +173,12 @@ func (l *Lock) live() error {
 
 // lost records that Redis says the token no longer holds the lock.
 func (l *Lock) lost(op string) error {
+	if l.c.dog.releasedBySelf(l.h) {
+		// Unlock of the outermost hold is under way: Redis met that
+		// release, as a renewal can (watchdog.renew). Released, not lost.
+		l.h.cancel(ErrReleased)
+		return fmt.Errorf("dlock: %s %q: %w", op, l.Key(), ErrReleased)
+	}
 	cause := fmt.Errorf("%w: %s found another owner or none", ErrLockLost, op)
 	if l.c.dog.remove(l.h) { // not already declared lost (or released)
 		l.c.dog.lose(l.h, cause)

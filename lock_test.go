@@ -817,3 +817,27 @@ func TestReenterAfterTakeoverFails(t *testing.T) {
 		t.Error("re-entering added a hold for the old token to the new holder's lock")
 	}
 }
+
+// An Unlock whose context had already ended sends nothing, so it cannot
+// have released the lock: a later Unlock that finds the lock gone (an
+// operator's ForceRelease) reports ErrNotHeld and a loss, as if the first
+// had never been tried.
+func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Unlock(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Unlock with an ended context = %v", err)
+	}
+	if err := c.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err) // the lock was still held: the first Unlock sent nothing
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of a force-released lock = %v, want ErrNotHeld", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("Context cause = %v, want ErrLockLost", cause)
+	}
+}

@@ -180,6 +180,25 @@ func (w *watchdog) releasing(h *hold) {
 	w.mu.Unlock()
 }
 
+// notReleasing undoes releasing: the release was never sent.
+func (w *watchdog) notReleasing(h *hold) {
+	w.mu.Lock()
+	h.releasing = false
+	w.mu.Unlock()
+}
+
+// releasedBySelf stops watching h if Unlock is releasing it, and reports
+// whether it was: a call that finds the lock gone then met that release.
+func (w *watchdog) releasedBySelf(h *hold) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !h.releasing {
+		return false
+	}
+	delete(w.holds, h)
+	return true
+}
+
 // deadline returns until when h's lease can be trusted.
 func (w *watchdog) deadline(h *hold) time.Time {
 	w.mu.Lock()

@@ -256,3 +256,39 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 		t.Errorf("after a late renewal Redis keeps the lock %v, the holder trusts it %v", pttl, trusted.Round(time.Millisecond))
 	}
 }
+
+// An Extend (or TTL) that runs while Unlock's release is on its way back
+// finds the lock gone: that is our own release, not a loss, as for a
+// renewal (TestRenewalMeetingOwnRelease). Unlock succeeded, so the Context
+// ends with ErrReleased and no loss is reported.
+func TestExtendMeetingOwnRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	var armed atomic.Bool
+	extended := make(chan error, 1)
+	var l *Lock
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
+		if armed.CompareAndSwap(true, false) {
+			// Redis has released the lock; its reply is on the way.
+			extended <- l.Extend(ctx, time.Minute)
+		}
+		return nil
+	}}}, WithObserver(rec))
+	l = mustLock(t, c, "k")
+	armed.Store(true)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock = %v", err)
+	}
+	if err := <-extended; !errors.Is(err, ErrReleased) {
+		t.Errorf("Extend meeting our own release = %v, want ErrReleased", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+		t.Errorf("after a successful Unlock the lock's Context ended with %v, want ErrReleased", cause)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.losts) != 0 {
+		t.Errorf("a released lock was reported lost: %+v", rec.losts)
+	}
+}
