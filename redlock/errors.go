@@ -15,9 +15,18 @@ var (
 	// free but a majority cannot be reached.
 	ErrNoQuorum = errors.New("redlock: no majority of nodes answered")
 	// ErrNodeTimeout is the error of a node that did not answer within the
-	// per-node timeout, in an *Error's Nodes.
-	ErrNodeTimeout = errors.New("redlock: no reply within the per-node timeout")
+	// per-node timeout, in an *Error's Nodes. It is a net.Error whose
+	// Timeout is true, as go-redis's own timeouts are.
+	ErrNodeTimeout error = nodeTimeout{}
 )
+
+// nodeTimeout is ErrNodeTimeout: a timeout, so that callers (dlock's
+// degraded mode) see a node that did not answer as unreachable.
+type nodeTimeout struct{}
+
+func (nodeTimeout) Error() string   { return "redlock: no reply within the per-node timeout" }
+func (nodeTimeout) Timeout() bool   { return true }
+func (nodeTimeout) Temporary() bool { return true }
 
 // Error is a Redlock call that did not get a majority. It counts how the
 // nodes voted and lists each node's error. errors.Is matches its kind

@@ -399,3 +399,32 @@ func TestHungNodeWhileWaiting(t *testing.T) {
 		t.Errorf("Close took %v with a hung node", d)
 	}
 }
+
+// WithDegradedMode(LocalFallback) gives an in-process lock when no majority
+// can be reached, whether the nodes refuse connections or hang (their
+// ErrNodeTimeout is a timeout, as go-redis's own are).
+func TestDegradedModeWithoutMajority(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dead", true: "hung"}[hang], func(t *testing.T) {
+			cl := startCluster(t, 3)
+			c := cl.locker(t, dlock.WithDegradedMode(dlock.LocalFallback))
+			ctx := context.Background()
+			mustLock(t, c, "warm").Unlock(ctx) // connected to every node
+			for _, srv := range cl.srvs[1:] {
+				if hang {
+					srv.Pause(t)
+				} else {
+					srv.Kill(t)
+				}
+			}
+			l, err := c.TryLock(ctx, "job")
+			if err != nil {
+				t.Fatalf("TryLock with 2 of 3 nodes down = %v, want a degraded lock", err)
+			}
+			if !l.Degraded() {
+				t.Errorf("lock not degraded")
+			}
+			_ = l.Unlock(ctx)
+		})
+	}
+}

@@ -215,7 +215,7 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 		return releaseScript.Run(ctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
 	}, func(rs []reply[int64]) bool {
 		v := countVotes(rs, held)
-		return v.yes >= b.quorum || v.no >= b.quorum
+		return v.yes >= b.quorum || v.no > len(b.nodes)-b.quorum
 	})
 	yes, no := 0, 0
 	left := int64(0)
@@ -230,7 +230,7 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 	switch {
 	case yes >= b.quorum:
 		return left, nil
-	case no >= b.quorum:
+	case no > len(b.nodes)-b.quorum: // no majority can hold it
 		return -1, nil
 	}
 	return 0, b.errorFrom("unlock", l.Key, rs, held)

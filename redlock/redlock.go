@@ -47,7 +47,9 @@
 // of them takes the lock).
 //
 // Close waits for the requests still in flight to hung nodes, up to their
-// timeouts (about a second at most with ContextTimeoutEnabled clients).
+// timeouts (about a second at most with ContextTimeoutEnabled clients), and
+// for the waiters' pub/sub connection being set up to a hung node, up to the
+// node client's DialTimeout (5 s by default).
 //
 // Keys: for a lock K and the default prefix, each node has the hash
 // dlock:{K} (owner token -> hold count, plus fence, metadata and grant

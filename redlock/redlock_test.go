@@ -407,3 +407,24 @@ func TestWrongTypeKey(t *testing.T) {
 		t.Error("the failed attempt kept its hold on the third node")
 	}
 }
+
+// With an even number of nodes, half holding the token and half not is a
+// definite answer (no majority holds it): Unlock says ErrNotHeld, not
+// ErrNoQuorum ("too few nodes answered"), as renewals, TTL and re-entry do.
+func TestReleaseWithEvenNodesEveryNodeAnswering(t *testing.T) {
+	cl := startCluster(t, 4)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job") // 30 s lease: no renewal before Unlock
+	// Two nodes lose the lock (they restarted empty, or it expired there).
+	for _, rdb := range cl.rdbs[:2] {
+		rdb.Del(ctx, lockKey("job"))
+	}
+	err := l.Unlock(ctx)
+	if errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Unlock with all 4 nodes answering (2 held, 2 not) = %v; want ErrNotHeld, not ErrNoQuorum", err)
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock = %v, want ErrNotHeld", err)
+	}
+}
