@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -46,13 +44,18 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 	return &batcher{rdb: rdb, maxInflight: 2}
 }
 
-// errNotSent marks the error of a call that never reached Redis: the
-// caller's context had ended before it was sent.
-var errNotSent = errors.New("dlock: not sent")
+// notSentError is the context's error for a call that never reached Redis
+// because the caller's context had ended first: Unlock then knows that its
+// release did not run.
+type notSentError struct{ ctxErr error }
 
+func (e notSentError) Error() string { return e.ctxErr.Error() }
+func (e notSentError) Unwrap() error { return e.ctxErr }
+
+// notSent is the reply of a call dropped before it was sent.
 func notSent(ctx context.Context) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(fmt.Errorf("%w (%w)", ctx.Err(), errNotSent))
+	cmd.SetErr(notSentError{ctx.Err()})
 	return cmd
 }
 

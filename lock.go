@@ -130,7 +130,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	left, err := l.c.release(ctx, l.h, l.level) // hooks.go
 	if err != nil {
-		if !errors.Is(err, errNotSent) {
+		if !errors.As(err, new(notSentError)) {
 			l.unsure = true
 		} else if l.level == 1 && !l.unsure {
 			l.c.dog.notReleasing(l.h) // nothing reached Redis
