@@ -116,6 +116,10 @@ func (c *Client) check(key string) error {
 	return validateKey(key)
 }
 
+// errReleaseFailed is in the cause of a lock Do gave up after its release
+// failed (LostReleaseFailed).
+var errReleaseFailed = errors.New("release failed")
+
 // Do takes the lock, runs fn with a context that is cancelled if the lock is
 // lost (or ctx ends), and releases the lock when fn returns, or panics (the
 // panic then goes on). It returns fn's error; if fn succeeded but the lock
@@ -142,7 +146,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 			// Nobody can retry this Unlock (the Lock is Do's own): stop
 			// renewing, so that the lease runs out instead of the lock
 			// staying held until Close.
-			l.c.dog.lose(l.h, fmt.Errorf("%w: release failed: %w", ErrLockLost, err))
+			l.c.dog.lose(l.h, fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err))
 		}
 		return err
 	}

@@ -179,11 +179,13 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 // release gives back a hold's level (Unlock): through the hold's backend,
 // recording the hold time of an adaptive lock, and freeing the local lock
 // at the outermost level once Redis released it, or else when the hold
-// ends (lost at its deadline, released by a retry, or Close).
-func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error) {
+// ends (lost at its deadline, released by a retry, or Close). It returns
+// the context of the Observer's ReleaseStart, for releaseEnd.
+func (c *Client) release(ctx context.Context, h *hold, level int) (int64, context.Context, error) {
 	x := h.x
 	if x == nil {
-		return c.be.Release(ctx, h.lease, level)
+		left, err := c.be.Release(ctx, h.lease, level)
+		return left, ctx, err
 	}
 	rctx := ctx
 	if c.ext.obs != nil {
@@ -191,11 +193,10 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 			rctx = octx
 		}
 	}
-	held := x.held()
 	var left int64
 	var err error
 	if hr, ok := c.be.(backend.HoldRecorder); ok && x.record && level == 1 && !x.degraded {
-		left, err = hr.ReleaseRecording(rctx, h.lease, level, held)
+		left, err = hr.ReleaseRecording(rctx, h.lease, level, x.held())
 	} else {
 		left, err = c.beFor(h).Release(rctx, h.lease, level)
 	}
@@ -209,12 +210,25 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 			context.AfterFunc(h.ctx, x.local.unlock)
 		}
 	}
+	return left, rctx, err
+}
+
+// releaseEnd reports how an Unlock of level ended: err is what Unlock
+// returns (nil, an error wrapping ErrNotHeld, or the release's error).
+// rctx is the context release returned.
+func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err error) {
+	x := h.x
+	if x == nil {
+		return
+	}
+	held := x.held()
 	e := ReleaseEndEvent{Key: h.lease.Key, Level: level, Held: held, Degraded: x.degraded, Err: err}
 	switch {
-	case err != nil:
-		e.Outcome = ReleaseError
-	case left < 0:
+	case err == nil:
+	case errors.Is(err, ErrNotHeld):
 		e.Outcome = ReleaseNotHeld
+	default:
+		e.Outcome = ReleaseError
 	}
 	if c.ext.obs != nil {
 		c.ext.obs.ReleaseEnd(rctx, e)
@@ -223,7 +237,6 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.Int("level", level),
 			slog.Duration("held", held), slog.String("outcome", e.Outcome.String()), slog.Any("error", err))
 	}
-	return left, err
 }
 
 // renewed reports a batch of renewals of the watchdog.
@@ -257,6 +270,8 @@ func (c *Client) observeLost(h *hold, cause error) {
 	switch {
 	case errors.Is(cause, ErrClosed):
 		e.Reason = LostClosed
+	case errors.Is(cause, errReleaseFailed):
+		e.Reason = LostReleaseFailed
 	case !time.Now().Before(c.dog.deadline(h)):
 		e.Reason = LostExpired
 	}

@@ -128,7 +128,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l.level == 1 {
 		l.c.dog.releasing(l.h)
 	}
-	left, err := l.c.release(ctx, l.h, l.level) // hooks.go
+	left, rctx, err := l.c.release(ctx, l.h, l.level) // hooks.go
+	err = l.settleUnlock(left, err, wasLive, wasReleased)
+	l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
+	return err
+}
+
+// settleUnlock settles an Unlock from the release's answer (left, err): it
+// returns what Unlock returns. wasLive and wasReleased describe the hold
+// before the release was sent.
+func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) error {
 	if err != nil {
 		if !errors.As(err, new(notSentError)) {
 			l.unsure = true

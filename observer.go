@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Observer is told what a Client's locks do, for metrics and tracing
@@ -149,14 +151,16 @@ type LostReason uint8
 
 // Reasons a lock is lost.
 const (
-	LostNotHeld LostReason = iota // a renewal (or Extend, TTL) found another owner or none
-	LostExpired                   // the lease ran out before a renewal got through
-	LostClosed                    // the Client was closed while the lock was held
+	LostNotHeld       LostReason = iota // a renewal (or Extend, TTL) found another owner or none
+	LostExpired                         // the lease ran out before a renewal got through
+	LostClosed                          // the Client was closed while the lock was held
+	LostReleaseFailed                   // Do's release failed: renewal stops, the lease runs out in Redis
 )
 
-var lostReasons = [...]string{"not_held", "expired", "closed"}
+var lostReasons = [...]string{"not_held", "expired", "closed", "release_failed"}
 
-// String returns a short label: not_held, expired or closed.
+// String returns a short label: not_held, expired, closed or
+// release_failed.
 func (r LostReason) String() string { return label(lostReasons[:], int(r)) }
 
 func label(names []string, i int) string {
@@ -193,14 +197,14 @@ func (NopObserver) Renew(RenewEvent) {}
 // Lost does nothing.
 func (NopObserver) Lost(LostEvent) {}
 
-// Observers returns an Observer that calls each of obs in turn (nil ones
-// are skipped), for example Prometheus metrics and OpenTelemetry traces
-// together. The context returned by one's AcquireStart or ReleaseStart is
+// Observers returns an Observer that calls each of obs in turn (nil ones,
+// nil pointers included, are skipped), for example Prometheus metrics and
+// OpenTelemetry traces together. The context returned by one's AcquireStart or ReleaseStart is
 // passed to the next.
 func Observers(obs ...Observer) Observer {
 	var m multiObserver
 	for _, o := range obs {
-		if o != nil {
+		if !backend.IsNil(o) {
 			m = append(m, o)
 		}
 	}
@@ -258,7 +262,13 @@ func (m multiObserver) Lost(e LostEvent) {
 }
 
 // WithObserver has the Client report what its locks do to o (see
-// Observer). Without it, or with nil, nothing is reported.
+// Observer). Without it, or with nil (a nil pointer too), nothing is
+// reported.
 func WithObserver(o Observer) Option {
-	return func(c *clientConfig) { c.ext.observer = o }
+	return func(c *clientConfig) {
+		if backend.IsNil(o) {
+			o = nil
+		}
+		c.ext.observer = o
+	}
 }

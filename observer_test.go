@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,4 +388,84 @@ func (s *syncBuffer) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Reset()
+}
+
+// ReleaseEndEvent.Err is documented as "the error returned, if any": an
+// Unlock that returns ErrNotHeld must report it.
+func TestReleaseEndCarriesNotHeldError(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "vanish")
+	rdb.Del(ctx, c.keys("vanish").lock) // an operator removed it
+	err := l.Unlock(ctx)
+	if !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock = %v, want ErrNotHeld", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.releases) != 1 {
+		t.Fatalf("releases = %+v", rec.releases)
+	}
+	if e := rec.releases[0]; e.Outcome != ReleaseNotHeld || !errors.Is(e.Err, ErrNotHeld) {
+		t.Errorf("ReleaseEnd = %+v; Unlock returned %v", e, err)
+	}
+}
+
+// An Unlock whose reply was lost is retried; Redis had released the lock,
+// and the retry returns nil. The Observer must not report that successful
+// release as not_held ("the lock was not held any more: lost, expired or
+// force-released").
+func TestRetriedUnlockReportedAsReleased(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	var armed atomic.Bool
+	errLost := errors.New("reply lost")
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
+		if armed.CompareAndSwap(true, false) {
+			return errLost
+		}
+		return nil
+	}}}, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	armed.Store(true)
+	if err := l.Unlock(ctx); !errors.Is(err, errLost) {
+		t.Fatalf("Unlock = %v, want the lost reply", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("retried Unlock = %v, want nil", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.releases) != 2 {
+		t.Fatalf("releases = %+v", rec.releases)
+	}
+	if e := rec.releases[1]; e.Outcome != ReleaseOK || e.Err != nil {
+		t.Errorf("retried Unlock returned nil but was reported as %v (%+v)", e.Outcome, e)
+	}
+	if n := len(rec.losts); n != 0 {
+		t.Errorf("Lost reported %d times for a lock released by its holder", n)
+	}
+}
+
+// Do whose release fails gives the lock up (Lost), but nothing found it
+// "not held": Redis still holds it with our token.
+func TestDoFailedReleaseLostReason(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	errDrop := errors.New("connection dropped")
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error { return errDrop }}}, WithObserver(rec))
+	ctx := context.Background()
+	if err := c.Do(ctx, "k", func(context.Context) error { return nil }); !errors.Is(err, errDrop) {
+		t.Fatalf("Do = %v", err)
+	}
+	if rdb.Exists(ctx, c.keys("k").lock).Val() != 1 {
+		t.Fatal("the lock is gone")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.losts) != 1 || rec.losts[0].Reason == LostNotHeld {
+		t.Errorf("losts = %+v: reported not_held (\"found another owner or none\") while Redis holds it", rec.losts)
+	}
 }

@@ -25,7 +25,7 @@
 //	dlock.hold.duration      histogram   how long locks were held, at their last Unlock, in seconds
 //	dlock.releases           counter     Unlock calls (dlock.outcome: released, not_held, error)
 //	dlock.renewals           counter     watchdog renewals (dlock.outcome: renewed, not_held, no_answer)
-//	dlock.lost               counter     locks lost while held (dlock.reason: not_held, expired, closed)
+//	dlock.lost               counter     locks lost while held (dlock.reason: not_held, expired, closed, release_failed)
 //	dlock.reentries          counter     re-entries (dlock.outcome: reentered, error)
 //
 // Spans: "dlock.acquire" (from the call to the grant or failure; attribute
@@ -100,7 +100,9 @@ func WithKeyGroup(fn func(key string) string) Option { return func(c *config) { 
 func WithMaxGroups(n int) Option { return func(c *config) { c.maxGroups = n } }
 
 // WithoutKeyInSpans leaves the key out of spans (only its group is kept),
-// for keys that must not reach a tracing backend.
+// for keys that must not reach a tracing backend. The errors of failed
+// spans name the key: their status then gives only the error's kind
+// (dlock.ErrWrongType's message, say), and no exception event is recorded.
 func WithoutKeyInSpans() Option { return func(c *config) { c.keyInSpans = false } }
 
 // Observer is a dlock.Observer that records OpenTelemetry metrics and
@@ -198,8 +200,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 		span.SetAttributes(Fence.Int64(int64(e.Fence)))
 	}
 	if e.Outcome == dlock.AcquireError {
-		span.RecordError(e.Err)
-		span.SetStatus(codes.Error, e.Err.Error())
+		o.spanError(span, e.Err)
 	}
 	span.End()
 }
@@ -229,8 +230,7 @@ func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(Outcome.String(out), HoldTime.Float64(e.Held.Seconds()))
 	if e.Outcome == dlock.ReleaseError {
-		span.RecordError(e.Err)
-		span.SetStatus(codes.Error, e.Err.Error())
+		o.spanError(span, e.Err)
 	}
 	span.End()
 }
@@ -245,6 +245,29 @@ func (o *Observer) Renew(e dlock.RenewEvent) {
 func (o *Observer) Lost(e dlock.LostEvent) {
 	o.lost.Add(context.Background(), 1,
 		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Reason.String(e.Reason.String())))
+}
+
+// errorKinds are what a failed span's status says instead of the error's
+// message, which names the key, under WithoutKeyInSpans.
+var errorKinds = []error{dlock.ErrWrongType, dlock.ErrNotObtained, dlock.ErrLockLost, dlock.ErrNotHeld,
+	dlock.ErrClosed, context.DeadlineExceeded, context.Canceled}
+
+// spanError marks span as failed with err, or only with err's kind under
+// WithoutKeyInSpans.
+func (o *Observer) spanError(span trace.Span, err error) {
+	if o.keyInSpans {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return
+	}
+	kind := "dlock: error (its message names the key: withheld)"
+	for _, k := range errorKinds {
+		if errors.Is(err, k) {
+			kind = k.Error()
+			break
+		}
+	}
+	span.SetStatus(codes.Error, kind)
 }
 
 func (o *Observer) spanAttrs(key, group string, extra attribute.KeyValue) []attribute.KeyValue {

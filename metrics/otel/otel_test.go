@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -16,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockotel "github.com/dlock-go/dlock/metrics/otel"
 )
@@ -210,6 +213,52 @@ func TestWithoutKeyInSpans(t *testing.T) {
 		}
 		if g, _ := spanAttr(s, dlockotel.KeyGroup); g.AsString() != "secret" {
 			t.Errorf("span %s: group %q", s.Name(), g.AsString())
+		}
+	}
+}
+
+// WithoutKeyInSpans is for "keys that must not reach a tracing backend":
+// a failed acquisition's span must not carry the key in its status or its
+// exception event either.
+func TestWithoutKeyInSpansOnError(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithoutKeyInSpans())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redistest.Start(t).Client(t)
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	const key = "secret:4711"
+	// Something else stored a string where the lock's hash goes.
+	if err := rdb.Set(ctx, "dlock:{"+key+"}", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Lock(ctx, key); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Lock = %v, want ErrWrongType", err)
+	}
+	snaps := spans.GetSpans().Snapshots()
+	if len(snaps) != 1 {
+		t.Fatalf("%d spans, want 1", len(snaps))
+	}
+	s := snaps[0]
+	if s.Status().Description != dlock.ErrWrongType.Error() {
+		t.Errorf("span %s status %q, want the error's kind %q", s.Name(), s.Status().Description, dlock.ErrWrongType.Error())
+	}
+	if strings.Contains(s.Status().Description, key) {
+		t.Errorf("span %s status carries the key: %q", s.Name(), s.Status().Description)
+	}
+	for _, ev := range s.Events() {
+		for _, a := range ev.Attributes {
+			if strings.Contains(a.Value.String(), key) {
+				t.Errorf("span %s event %s carries the key: %s=%q", s.Name(), ev.Name, a.Key, a.Value.String())
+			}
 		}
 	}
 }

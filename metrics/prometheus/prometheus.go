@@ -23,7 +23,7 @@
 //	dlock_hold_seconds{group}                         how long locks were held, at their last Unlock (histogram)
 //	dlock_releases_total{group,outcome}               Unlock calls: released, not_held, error
 //	dlock_renewals_total{group,outcome}               watchdog renewals: renewed, not_held, no_answer
-//	dlock_lost_total{group,reason}                    locks lost while held: not_held, expired, closed
+//	dlock_lost_total{group,reason}                    locks lost while held: not_held, expired, closed, release_failed
 //	dlock_reentries_total{group,outcome}              re-entries: reentered, error
 //
 // One Observer can serve any number of Clients; register it once.
@@ -136,8 +136,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "reason"),
 		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "outcome"),
 	}
-	for _, c := range []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries} {
+	cs := []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] { // all or nothing
+				reg.Unregister(done)
+			}
 			return nil, fmt.Errorf("dlock/metrics/prometheus: %w", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockprom "github.com/dlock-go/dlock/metrics/prometheus"
@@ -167,5 +168,47 @@ func TestKeyGroups(t *testing.T) {
 	// Registering twice on one registry fails.
 	if _, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks")); err == nil {
 		t.Error("a second registration of the same metrics succeeded")
+	}
+}
+
+// dlock.WithObserver: "Without it, or with nil, nothing is reported." A
+// program that builds its Observer only when metrics are on passes a nil
+// *Observer otherwise; Lock must not panic.
+func TestNilObserverPointer(t *testing.T) {
+	var obs *dlockprom.Observer // metrics off
+	rdb := redistest.Start(t).Client(t)
+	for name, o := range map[string]dlock.Observer{"WithObserver": obs, "Observers": dlock.Observers(obs)} {
+		t.Run(name, func(t *testing.T) {
+			locks, err := dlock.New(rdb, dlock.WithObserver(o))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer locks.Close()
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("Do with a nil *dlockprom.Observer panicked: %v", p)
+				}
+			}()
+			if err := locks.Do(context.Background(), "job:1", func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A New that fails must leave the registry as it found it, not with some
+// of its metrics registered (they would block a later New on it).
+func TestFailedNewRegistersNothing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlock_hold_seconds", Help: "someone else's"}))
+	if _, err := dlockprom.New(reg); err == nil {
+		t.Fatal("New succeeded despite a conflicting metric")
+	}
+	// Collectors are identified by their metrics' names and const labels.
+	for _, name := range []string{"acquire_attempts_total", "acquisitions_total", "acquire_wait_seconds", "acquires_in_flight"} {
+		probe := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "dlock", Name: name, Help: "probe"}, []string{"group"})
+		if reg.Unregister(probe) {
+			t.Errorf("the failed New left dlock_%s registered", name)
+		}
 	}
 }
