@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,5 +216,100 @@ func TestForceReleaseHandsOver(t *testing.T) {
 		t.Error("the force release did not hand the lock to the waiter")
 	}
 	l := receiveLock(t, got, 3*time.Second, "the waiter to be told")
+	_ = l.Unlock(ctx)
+}
+
+// grantedPending reports whether a hand-over message waits, unread, in the
+// granted channel of one of c's waiters on key.
+func grantedPending(c *Client, key string) bool {
+	w := c.be.(*node).wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := w.channels[c.wakeChannel(key)]
+	if cs == nil {
+		return false
+	}
+	for _, wt := range cs.waiters {
+		if len(wt.granted) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// A hand-over message that reached the waiter while its next check was on
+// the way, for a hand-over whose lease then ended (the waiter's round trip
+// was slow), is stale once that check found the lock held by another: the
+// waiter must not take it as a grant.
+func TestStaleHandOverMessageAfterNotHeldCheck(t *testing.T) {
+	holder, rdb, srv := newTestClient(t)
+	ctx := context.Background()
+	const key = "stale"
+
+	var calls atomic.Int32
+	entered := make(chan struct{})
+	proceed := make(chan struct{})
+	hook := scriptHook{before: map[string]func() error{
+		acquireEval.sha: func() error {
+			if calls.Add(1) == 2 { // the waiter's first refresh: a slow round trip
+				close(entered)
+				<-proceed
+			}
+			return nil
+		},
+	}}
+	// Queue TTL 300ms: checks every 100ms, a hand-over lease of 300ms.
+	waiterClient, _ := hookedClient(t, srv.Addr(), hook, WithQueueTTL(300*time.Millisecond))
+
+	h := mustLock(t, holder, key, WithTTL(30*time.Second))
+	got := lockAsync(ctx, waiterClient, key, WithTTL(30*time.Second))
+	<-entered // the waiter queued, subscribed, and its next check is under way
+	ch := waiterClient.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
+		shard, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
+		classic, _ := rdb.PubSubNumSub(ctx, ch).Result()
+		return shard[ch]+classic[ch] == 1
+	})
+
+	if err := h.Unlock(ctx); err != nil { // handed over to the waiter
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the hand-over message to reach the waiter", func() bool {
+		return grantedPending(waiterClient, key)
+	})
+	// The waiter's round trip is slower than the hand-over lease: the lock
+	// expires, and another client takes it.
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the hand-over lease to run out", func() bool {
+		return rdb.Exists(ctx, k.lock).Val() == 0
+	})
+	other := newClientOn(t, rdb)
+	y, err := other.TryLock(ctx, key, WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock of the expired lock: %v", err)
+	}
+	close(proceed) // the waiter's check runs now: the lock is y's
+
+	select {
+	case r := <-got:
+		if r.err == nil {
+			owner, _ := rdb.HGetAll(ctx, k.lock).Result()
+			t.Errorf("Lock returned a lock held by another: waiter token %s fence %d; other token %s fence %d; Redis: %v",
+				r.l.Token(), r.l.Fence(), y.Token(), y.Fence(), owner)
+			_ = r.l.Unlock(ctx)
+			_ = y.Unlock(ctx)
+			return
+		}
+		t.Fatalf("Lock: %v", r.err)
+	case <-time.After(time.Second):
+		// Still waiting, as it should: y holds the lock.
+	}
+	if err := y.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "the hand-over after y's unlock")
+	if l.Fence() <= y.Fence() {
+		t.Errorf("fence %d after y's %d", l.Fence(), y.Fence())
+	}
 	_ = l.Unlock(ctx)
 }

@@ -841,3 +841,26 @@ func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
 		t.Errorf("Context cause = %v, want ErrLockLost", cause)
 	}
 }
+
+// A fence counter an operator moved forward (past the fences of a former
+// lock service, say) to near 2^53, where Lua's numbers stop being exact,
+// still only grows: past 2^53 the scripts count in decimal.
+func TestFenceNeverGoesBackAt2p53(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const key = "big"
+	if err := rdb.Set(ctx, c.keys(key).fence, "9007199254740990", time.Hour).Err(); err != nil { // 2^53 - 2
+		t.Fatal(err)
+	}
+	var prev uint64
+	for i := 0; i < 4; i++ {
+		l := mustLock(t, c, key)
+		if f := l.Fence(); f <= prev {
+			t.Fatalf("grant %d: fence %d after %d", i, f, prev)
+		}
+		prev = l.Fence()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -51,6 +51,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	// another: a hand-over to us happened after it, so a lease granted by
 	// hand-over is measured from there.
 	var notHeldAt time.Time
+	// staleUpTo is the holder's fence that the last check found: a
+	// hand-over message with a fence up to it was sent before that check
+	// (fences grow), for a hold of ours that has ended since.
+	var staleUpTo uint64
 	var wt *waiter
 	defer func() {
 		if wt != nil {
@@ -91,6 +95,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrNotObtained)
 		}
 		notHeldAt = start
+		if len(res) > 2 {
+			staleUpTo = uint64(res[2])
+		}
 
 		delay := refresh
 		if retry.Retry != nil {
@@ -125,6 +132,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 		select {
 		case fence := <-granted:
+			if fence <= staleUpTo {
+				continue // check again rather than trust it
+			}
 			if g, done, err := a.handedOver(ctx, fence, notHeldAt); done {
 				return g, err
 			}

@@ -5,31 +5,33 @@
 -- ARGV[6] lease ms to grant if the lock is handed over while queued,
 -- ARGV[7] the waiting client's channel suffix (KEYS[5]:ARGV[7]).
 -- Returns {1, fence} when taken now, {2, fence} when it had been handed
--- over to this token, {0, pttl} when held by someone else.
+-- over to this token, {0, pttl, holder's fence} when held by someone else
+-- (a hand-over message to this token with a fence up to that one is
+-- stale). Fences are decimal strings.
 local token = ARGV[1]
-local function wait(now_ms, now_us)
+local function wait(fence, now_ms, now_us)
   if ARGV[4] == '1' then
     enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), fence}
 end
 
 local held = redis.call('HMGET', KEYS[1], token, ':fence')
 if held[2] then
   -- HMGET fails with WRONGTYPE if the key is not a lock: nothing is written.
   if held[1] then
-    return {2, tonumber(held[2])}
+    return {2, held[2]}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
-  return wait(clock())
+  return wait(held[2], clock())
 end
 
 local now_ms, now_us = clock()
 local head = live_head(now_ms)
 if head and head ~= token then
   -- The holder's lease ran out with waiters queued: the first one goes first.
-  hand_over(now_ms, now_us)
-  return wait(now_ms, now_us)
+  local _, fence = hand_over(now_ms, now_us)
+  return wait(fence, now_ms, now_us)
 end
 if head then dequeue(token) end
-return {1, tonumber(grant(token, ARGV[2], ARGV[3], now_ms, now_us))}
+return {1, grant(token, ARGV[2], ARGV[3], now_ms, now_us)}

@@ -24,7 +24,16 @@ end
 -- lost in a failover, is covered by the time floor of the fence (below).
 local FENCE_RETENTION_MS = 86400000
 
--- grant makes token the holder with one hold and a fresh fencing token.
+-- inc returns n + 1 for n a string of decimal digits.
+local function inc(n)
+  local i = #n
+  while i > 0 and string.byte(n, i) == 57 do i = i - 1 end -- '9'
+  if i == 0 then return '1' .. string.rep('0', #n) end
+  return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
+end
+
+-- grant makes token the holder with one hold and a fresh fencing token,
+-- returned as a decimal string (exact beyond 2^53).
 -- The fence is max(last + 1, server time in microseconds): it increases
 -- even if the counter is lost (a failover that dropped the last writes, or
 -- its expiry), as long as the server clock does not jump back further than
@@ -37,9 +46,15 @@ local function grant(token, lease, meta, now_ms, now_us)
   -- A counter of the wrong type (an operator's mistake) fails the script
   -- here; when a free lock is being taken, nothing has been written yet.
   local fence = string.format('%.0f', now_us)
-  local last = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
-  last = last and tonumber(last)
-  if not last or last ~= last or last >= 2^53 then
+  local raw = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
+  local last = raw and tonumber(raw)
+  if last and last >= 2^53 and string.match(raw, '^[1-9]%d*$')
+      and (#raw < 19 or (#raw == 19 and raw < '9223372036854775807')) then
+    -- Past the integers a double holds exactly, but still a fence (an
+    -- int64): one more, counted in decimal.
+    fence = inc(raw)
+    redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
+  elseif not last or last ~= last or last >= 2^53 then
     -- A new counter, or one that is not a number a fence can follow (a
     -- value written by hand): it starts again from the clock, the floor
     -- that already covers a lost counter. Failing instead would leave a
@@ -97,7 +112,8 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   end
 end
 
--- hand_over gives the free lock to the first live waiter, if any, and
+-- hand_over gives the free lock to the first live waiter, if any (it
+-- returns that waiter and its fence), and
 -- tells that waiter's Client alone, on its own channel, so the new holder
 -- needs no further round trip. Expired entries in front are dropped. It
 -- takes the clock if the caller has not: a release with nobody queued
@@ -110,7 +126,8 @@ local function hand_over(now_ms, now_us)
     local lease, meta, client = waiter(head, now_ms)
     redis.call('HDEL', KEYS[4], head)
     if lease then
-      local msg = head .. ' ' .. grant(head, lease, meta, now_ms, now_us)
+      local fence = grant(head, lease, meta, now_ms, now_us)
+      local msg = head .. ' ' .. fence
       local channel = KEYS[5] .. ':' .. client
       -- Sharded pub/sub keeps the message on the lock's shard; servers
       -- before 7.0 lack it and get the classic command.
@@ -118,7 +135,7 @@ local function hand_over(now_ms, now_us)
       if type(sent) == 'table' and sent.err then
         redis.call('PUBLISH', channel, msg)
       end
-      return head
+      return head, fence
     end
   end
 end
