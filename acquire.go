@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
 )
@@ -68,7 +69,14 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	h.trust(g.Start, g.TTL)
 	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, key}, h))
-	if err := c.dog.add(h); err != nil {
+	if !time.Now().Before(h.deadline) {
+		// The reply came after the lease could be trusted: Redis may have
+		// given the lock to someone else already.
+		err = fmt.Errorf("dlock: lock %q: %w: the lease ran out before the grant's reply arrived", key, ErrLockLost)
+	} else {
+		err = c.dog.add(h)
+	}
+	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		_, _ = c.be.Release(rctx, g.Lease, 1)

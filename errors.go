@@ -14,7 +14,9 @@ var (
 	ErrNotObtained = errors.New("dlock: lock not obtained")
 	// ErrLockLost: the lock was held but is no longer: a renewal found
 	// another owner, renewals failed until the lease ran out, or the maximum
-	// hold time passed. It is the cause of a lost lock's Context.
+	// hold time passed. It is the cause of a lost lock's Context. Lock and
+	// TryLock return it when the grant's reply came only after its lease
+	// could no longer be trusted.
 	ErrLockLost = errors.New("dlock: lock lost")
 	// ErrNotHeld: the token does not hold the lock (already released,
 	// expired, or never acquired).

@@ -864,3 +864,35 @@ func TestFenceNeverGoesBackAt2p53(t *testing.T) {
 		}
 	}
 }
+
+// W's acquire is granted in Redis but its reply arrives only after the
+// lease ran out and C took the lock: W gets no Lock (with a live Context)
+// for a lease it can no longer trust, but ErrLockLost.
+func TestLateGrantReplyIsNotReturnedAsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c := newClientOn(t, srv.Client(t))
+	const key = "late"
+	var w *Client
+	hook := scriptHook{after: map[string]func() error{acquireScript.Hash(): func() error {
+		// The grant ran in Redis; its reply is late: the lease runs out
+		// and C takes the lock before W reads it.
+		waitUntil(t, 5*time.Second, "W's lease to run out", func() bool {
+			n, _ := rdb.Exists(ctx, w.keys(key).lock).Result()
+			return n == 0
+		})
+		if _, err := c.TryLock(ctx, key, WithTTL(10*time.Second)); err != nil {
+			t.Errorf("C: %v", err)
+		}
+		return nil
+	}}}
+	w, _ = hookedClient(t, srv.Addr(), hook)
+	l, err := w.TryLock(ctx, key, WithTTL(100*time.Millisecond), WithoutRenewal())
+	if err == nil {
+		t.Errorf("W's TryLock returned a Lock (fence %d, Context live: %v, deadline passed %v ago) while C holds the lock",
+			l.Fence(), l.Context().Err() == nil, time.Since(w.dog.deadline(l.h)).Round(time.Millisecond))
+	} else if !errors.Is(err, ErrLockLost) {
+		t.Errorf("W's TryLock = %v, want ErrLockLost", err)
+	}
+}

@@ -96,7 +96,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 		notHeldAt = start
 		if len(res) > 2 {
-			staleUpTo = uint64(res[2])
+			staleUpTo = max(staleUpTo, uint64(res[2]))
 		}
 
 		delay := refresh
