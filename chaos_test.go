@@ -1,0 +1,555 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+)
+
+// TestChaos is a randomized, fault-injecting property test. Several Clients
+// (each on its own go-redis client, some through a tcpproxy) take a few
+// keys with Lock, TryLock and Do, with random short leases, renewal on and
+// off, re-entry, Extend, TTL and random cancellations, while a fault
+// goroutine freezes proxies, pauses and restarts redis-server, flushes the
+// script cache and kills connections.
+//
+// Every hold records the instants at which its Context was verified live
+// (a time read before a ctx.Err() == nil check), so the recorded interval
+// is one during which the Context really was live, and the instants at
+// which the lock was also within its trusted deadline (the watchdog's
+// deadline, read at the same check), which leaves out the watchdog being
+// scheduled late on a loaded machine. It then checks:
+//   - no two trusted intervals of different holds of one key overlap, except
+//     across a restart of redis-server without persistence (docs/safety.md);
+//   - of two holds one of which ended before the other began, the later has
+//     the larger fence;
+//   - a re-entered Lock has its outer Lock's fence and token;
+//   - every Context that ended while held has cause ErrLockLost, every
+//     Context after Unlock is done;
+//   - every error is one of the package's sentinels, a context error, or a
+//     wrapped Redis or network error;
+//   - no panics (and TestMain's goleak finds no leaks).
+//
+// CHAOS_SEED and CHAOS_DURATION (a Go duration, 15s by default) set the
+// seed and run time; a failure is replayed with its logged seed.
+func TestChaos(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	dur := 15 * time.Second
+	if s := os.Getenv("CHAOS_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dur = d
+	}
+	t.Logf("seed %d, duration %v", seed, dur)
+	ch := &chaos{t: t, keys: []string{"k0", "k1"}}
+	ch.run(seed, dur)
+}
+
+type chaosHold struct {
+	key, token string
+	fence      uint64
+	client     int
+	via        string
+
+	call        time.Time // Lock, TryLock or Do was called
+	start       time.Time // verified live here (just after Lock returned)
+	end         time.Time // last instant verified live
+	trustedEnd  time.Time // last instant verified live and before the deadline
+	trustedAny  bool
+	late        time.Duration // longest a live check found the deadline passed
+	pastAtStart bool          // Lock returned with its deadline already passed
+	lostCause   error         // the cause if the Context ended while held
+}
+
+type chaosClient struct {
+	id    int
+	c     *Client
+	rdb   *redis.Client
+	proxy *tcpproxy.Proxy // nil: direct
+}
+
+type chaos struct {
+	t    *testing.T
+	srv  *redistest.Server
+	keys []string
+
+	clients []*chaosClient
+
+	mu        sync.Mutex
+	holds     []*chaosHold
+	restarts  []time.Time // when each restart began
+	problems  []string
+	errKinds  map[string]int
+	infraErrs int
+	ops       map[string]int
+	faults    map[string]int
+}
+
+func (ch *chaos) problem(format string, args ...any) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if len(ch.problems) < 200 {
+		ch.problems = append(ch.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (ch *chaos) count(m *map[string]int, k string) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int{}
+	}
+	(*m)[k]++
+}
+
+var chaosSentinels = []error{
+	ErrNotObtained, ErrLockLost, ErrNotHeld, ErrReleased, ErrClosed,
+	ErrInvalidKey, ErrInvalidTTL, ErrInvalidOption, ErrNilClient, ErrWrongType,
+	ErrNotReplicated, ErrDegraded, context.Canceled, context.DeadlineExceeded,
+}
+
+// checkErr classifies err: a sentinel or context error, or a wrapped
+// Redis/network error (documented as wrapped); anything else is a problem.
+func (ch *chaos) checkErr(op string, err error) {
+	if err == nil {
+		return
+	}
+	for _, s := range chaosSentinels {
+		if errors.Is(err, s) {
+			ch.count(&ch.errKinds, op+": "+s.Error())
+			return
+		}
+	}
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &re):
+		ch.mu.Lock()
+		ch.infraErrs++
+		ch.mu.Unlock()
+		ch.count(&ch.errKinds, op+": redis/network")
+		return
+	}
+	ch.problem("%s: untyped error %T: %v", op, err, err)
+}
+
+func (ch *chaos) newClient(id int, proxied bool, rng *rand.Rand) *chaosClient {
+	t := ch.t
+	addr := ch.srv.Addr()
+	cc := &chaosClient{id: id}
+	if proxied {
+		p, err := tcpproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		cc.proxy = p
+		addr = p.Addr()
+	}
+	opt := &redis.Options{Addr: addr}
+	if id%2 == 0 {
+		opt.MaxRetries = -1
+		opt.ContextTimeoutEnabled = true
+		opt.ReadTimeout = 800 * time.Millisecond
+	}
+	cc.rdb = redis.NewClient(opt)
+	t.Cleanup(func() { cc.rdb.Close() })
+	var opts []Option
+	if rng.IntN(2) == 0 {
+		opts = append(opts, WithQueueTTL(time.Duration(300+rng.IntN(700))*time.Millisecond))
+	}
+	c, err := New(cc.rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.c = c
+	return cc
+}
+
+func (ch *chaos) run(seed uint64, dur time.Duration) {
+	t := ch.t
+	ch.srv = redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: ch.srv.Addr(), MaxRetries: -1})
+	defer admin.Close()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	const nClients = 5
+	for i := 0; i < nClients; i++ {
+		ch.clients = append(ch.clients, ch.newClient(i, i < 3, rng))
+	}
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	var opsDone atomic.Int64
+	for _, cc := range ch.clients {
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			r := rand.New(rand.NewPCG(seed, uint64(100+cc.id*10+w)))
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					ch.safeOp(cc, r)
+					opsDone.Add(1)
+					time.Sleep(time.Duration(r.IntN(15)) * time.Millisecond)
+				}
+			}()
+		}
+	}
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		fr := rand.New(rand.NewPCG(seed, 7))
+		restarts := 0
+		for time.Now().Add(3 * time.Second).Before(end) {
+			time.Sleep(time.Duration(200+fr.IntN(1500)) * time.Millisecond)
+			ch.fault(fr, admin, &restarts)
+		}
+	}()
+	<-faultsDone
+	wg.Wait()
+	for _, cc := range ch.clients {
+		if cc.proxy != nil {
+			cc.proxy.Thaw()
+		}
+		cc.c.Close()
+	}
+	ch.srv.Resume(t)
+	ch.check()
+	t.Logf("ops %d, holds %d, restarts %d, ops by kind %v, faults %v, errors %v",
+		opsDone.Load(), len(ch.holds), len(ch.restarts), ch.ops, ch.faults, ch.errKinds)
+	for _, p := range ch.problems {
+		t.Error(p)
+	}
+}
+
+func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch n := r.IntN(100); {
+	case n < 40: // freeze one client's connections, often past its lease
+		cc := ch.clients[r.IntN(3)]
+		d := time.Duration(50+r.IntN(1500)) * time.Millisecond
+		ch.count(&ch.faults, "freeze")
+		cc.proxy.Freeze()
+		time.Sleep(d)
+		cc.proxy.Thaw()
+	case n < 55:
+		ch.count(&ch.faults, "script flush")
+		_ = admin.ScriptFlush(ctx).Err()
+	case n < 70:
+		ch.count(&ch.faults, "client kill normal")
+		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()
+	case n < 80:
+		ch.count(&ch.faults, "client kill pubsub")
+		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+	case n < 92:
+		ch.count(&ch.faults, "pause server")
+		ch.srv.Pause(ch.t)
+		time.Sleep(time.Duration(30+r.IntN(600)) * time.Millisecond)
+		ch.srv.Resume(ch.t)
+	default:
+		if *restarts >= 3 {
+			return
+		}
+		*restarts++
+		ch.count(&ch.faults, "restart")
+		ch.mu.Lock()
+		ch.restarts = append(ch.restarts, time.Now())
+		ch.mu.Unlock()
+		ch.srv.Restart(ch.t)
+	}
+}
+
+func (ch *chaos) safeOp(cc *chaosClient, r *rand.Rand) {
+	defer func() {
+		if p := recover(); p != nil {
+			ch.problem("panic in client %d: %v", cc.id, p)
+		}
+	}()
+	ch.op(cc, r)
+}
+
+func randLockOpts(r *rand.Rand) ([]LockOption, time.Duration, bool) {
+	ttl := time.Duration(100+r.IntN(900)) * time.Millisecond
+	opts := []LockOption{WithTTL(ttl)}
+	renew := r.IntN(3) != 0
+	if !renew {
+		opts = append(opts, WithoutRenewal())
+	}
+	switch r.IntN(4) {
+	case 0:
+		opts = append(opts, WithRetry(FixedRetry(time.Duration(10+r.IntN(50))*time.Millisecond, 1+r.IntN(10))))
+	case 1:
+		opts = append(opts, WithRetry(ExponentialRetry(5*time.Millisecond, 100*time.Millisecond, 1+r.IntN(8))))
+	}
+	if renew && r.IntN(5) == 0 {
+		opts = append(opts, WithMaxHold(time.Duration(50+r.IntN(500))*time.Millisecond))
+	}
+	return opts, ttl, renew
+}
+
+// callCtx returns a context that may end at a random time, as a caller's.
+func callCtx(r *rand.Rand) (context.Context, context.CancelFunc) {
+	switch r.IntN(4) {
+	case 0:
+		return context.WithTimeout(context.Background(), time.Duration(r.IntN(800))*time.Millisecond)
+	case 1:
+		ctx, cancel := context.WithCancel(context.Background())
+		d := time.Duration(r.IntN(600)) * time.Millisecond
+		tm := time.AfterFunc(d, cancel)
+		return ctx, func() { tm.Stop(); cancel() }
+	default:
+		return context.WithTimeout(context.Background(), 5*time.Second)
+	}
+}
+
+func (ch *chaos) op(cc *chaosClient, r *rand.Rand) {
+	key := ch.keys[r.IntN(len(ch.keys))]
+	opts, _, _ := randLockOpts(r)
+	ctx, cancel := callCtx(r)
+	defer cancel()
+	call := time.Now()
+	switch k := r.IntN(10); {
+	case k < 5:
+		ch.count(&ch.ops, "lock")
+		l, err := cc.c.Lock(ctx, key, opts...)
+		ch.checkErr("lock", err)
+		if err == nil {
+			ch.holdLock(cc, r, l, "lock", call)
+		}
+	case k < 7:
+		ch.count(&ch.ops, "trylock")
+		l, err := cc.c.TryLock(ctx, key, opts...)
+		ch.checkErr("trylock", err)
+		if err == nil {
+			ch.holdLock(cc, r, l, "trylock", call)
+		}
+	default:
+		ch.count(&ch.ops, "do")
+		err := cc.c.Do(ctx, key, func(fctx context.Context) error {
+			h, ok := fctx.Value(heldKey{cc.c, key}).(*hold)
+			if !ok {
+				ch.problem("Do: fn context carries no hold")
+				return nil
+			}
+			hr := ch.begin(cc, h, "do", call)
+			ch.holdFor(cc, r, h, hr, time.Duration(r.IntN(400))*time.Millisecond, nil)
+			if h.ctx.Err() != nil {
+				// fn's context follows the lock's (through context.AfterFunc:
+				// one goroutine later).
+				select {
+				case <-fctx.Done():
+				case <-time.After(time.Second):
+					ch.problem("Do: lock's Context done but fn's context live a second later")
+				}
+			}
+			return nil
+		}, opts...)
+		ch.checkErr("do", err)
+	}
+}
+
+func (ch *chaos) begin(cc *chaosClient, h *hold, via string, call time.Time) *chaosHold {
+	now := time.Now()
+	dl := cc.c.dog.deadline(h)
+	hr := &chaosHold{call: call, key: h.lease.Key, token: h.lease.Token, fence: h.fence, client: cc.id, via: via}
+	if h.ctx.Err() == nil {
+		hr.start, hr.end = now, now
+		if now.Before(dl) {
+			hr.trustedEnd, hr.trustedAny = now, true
+		} else {
+			hr.pastAtStart = true
+			hr.late = now.Sub(dl)
+		}
+	}
+	ch.mu.Lock()
+	ch.holds = append(ch.holds, hr)
+	ch.mu.Unlock()
+	return hr
+}
+
+// check records one liveness check of h at now; false if its Context is done.
+func (ch *chaos) live(cc *chaosClient, h *hold, hr *chaosHold) bool {
+	now := time.Now()
+	dl := cc.c.dog.deadline(h)
+	if h.ctx.Err() != nil {
+		return false
+	}
+	if hr.start.IsZero() {
+		return true
+	}
+	hr.end = now
+	if now.Before(dl) {
+		if !hr.pastAtStart {
+			hr.trustedEnd, hr.trustedAny = now, true
+		}
+	} else if l := now.Sub(dl); l > hr.late {
+		hr.late = l
+	}
+	return true
+}
+
+// holdFor works under the lock for d, checking it every few ms, and does
+// random Extend, TTL and re-entry calls on l (if not nil).
+func (ch *chaos) holdFor(cc *chaosClient, r *rand.Rand, h *hold, hr *chaosHold, d time.Duration, l *Lock) {
+	until := time.Now().Add(d)
+	for time.Now().Before(until) {
+		if !ch.live(cc, h, hr) {
+			cause := context.Cause(h.ctx)
+			hr.lostCause = cause
+			if !errors.Is(cause, ErrLockLost) {
+				ch.problem("client %d %s: Context done while held with cause %v", cc.id, hr.key, cause)
+			}
+			return
+		}
+		if l != nil {
+			switch r.IntN(60) {
+			case 0:
+				ch.count(&ch.ops, "extend")
+				ctx, cancel := callCtx(r)
+				ttl := time.Duration(100+r.IntN(900)) * time.Millisecond
+				err := l.Extend(ctx, ttl)
+				cancel()
+				ch.checkErr("extend", err)
+			case 1:
+				ch.count(&ch.ops, "ttl")
+				ctx, cancel := callCtx(r)
+				_, err := l.TTL(ctx)
+				cancel()
+				ch.checkErr("ttl", err)
+			case 2:
+				ch.reenter(cc, r, l)
+			}
+		}
+		time.Sleep(time.Duration(1+r.IntN(4)) * time.Millisecond)
+	}
+	ch.live(cc, h, hr)
+}
+
+func (ch *chaos) reenter(cc *chaosClient, r *rand.Rand, l *Lock) {
+	ch.count(&ch.ops, "reenter")
+	ctx, cancel := context.WithTimeout(l.Context(), 2*time.Second)
+	defer cancel()
+	var in *Lock
+	var err error
+	if r.IntN(2) == 0 {
+		in, err = cc.c.Lock(ctx, l.Key())
+	} else {
+		in, err = cc.c.TryLock(ctx, l.Key())
+	}
+	ch.checkErr("reenter", err)
+	if err != nil {
+		return
+	}
+	if in.Fence() != l.Fence() || in.Token() != l.Token() {
+		ch.problem("re-entered lock has fence %d token %s, outer %d %s", in.Fence(), in.Token(), l.Fence(), l.Token())
+	}
+	if r.IntN(2) == 0 {
+		time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
+	}
+	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer ucancel()
+	err = in.Unlock(uctx)
+	ch.checkErr("reenter unlock", err)
+	if err == nil && in.Context().Err() == nil {
+		ch.problem("re-entered lock's Context live after its Unlock")
+	}
+}
+
+func (ch *chaos) holdLock(cc *chaosClient, r *rand.Rand, l *Lock, via string, call time.Time) {
+	hr := ch.begin(cc, l.h, via, call)
+	ch.holdFor(cc, r, l.h, hr, time.Duration(r.IntN(500))*time.Millisecond, l)
+	// The interval ends at Unlock's start at the latest.
+	uctx, ucancel := callCtx(r)
+	defer ucancel()
+	err := l.Unlock(uctx)
+	ch.checkErr("unlock", err)
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		// A caller retries an Unlock that failed.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err = l.Unlock(ctx)
+		cancel()
+		ch.checkErr("unlock retry", err)
+	}
+	if err == nil && l.Context().Err() == nil {
+		ch.problem("Context live after Unlock returned nil")
+	}
+}
+
+func (ch *chaos) check() {
+	byKey := map[string][]*chaosHold{}
+	pastAtStart := 0
+	var maxLate, maxLateStart time.Duration
+	for _, h := range ch.holds {
+		if h.pastAtStart {
+			pastAtStart++
+			maxLateStart = max(maxLateStart, h.late)
+		} else {
+			maxLate = max(maxLate, h.late)
+		}
+		if !h.start.IsZero() {
+			byKey[h.key] = append(byKey[h.key], h)
+		}
+	}
+	ch.t.Logf("Locks returned with their deadline passed: %d (by up to %v); longest watchdog lateness otherwise: %v", pastAtStart, maxLateStart, maxLate)
+	restartBetween := func(a, b time.Time) bool {
+		for _, r := range ch.restarts {
+			if !r.Before(a) && r.Before(b) {
+				return true
+			}
+		}
+		return false
+	}
+	strict, excused := 0, 0
+	for key, hs := range byKey {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].start.Before(hs[j].start) })
+		for i, a := range hs {
+			for _, b := range hs[i+1:] {
+				if b.start.After(a.end) {
+					// Successive: fences must increase.
+					if b.fence <= a.fence && !restartBetween(a.call, b.start) {
+						ch.problem("key %s: fence went from %d (client %d, %s) to %d (client %d, %s) although the first ended %v before the second began",
+							key, a.fence, a.client, a.via, b.fence, b.client, b.via, b.start.Sub(a.end))
+					}
+					continue
+				}
+				if a.token == b.token {
+					continue
+				}
+				strict++
+				if !a.trustedAny || !b.trustedAny || !b.start.Before(a.trustedEnd) {
+					continue // only the watchdog's lateness, not the lease
+				}
+				if restartBetween(a.call, b.start) {
+					excused++
+					continue // excused: restart without persistence
+				}
+				ch.problem("key %s: overlap of %v: client %d (%s, fence %d, live %v..%v, trusted until %v, lost %v) and client %d (%s, fence %d, began %v after the first began)",
+					key, a.trustedEnd.Sub(b.start), a.client, a.via, a.fence, 0, a.end.Sub(a.start), a.trustedEnd.Sub(a.start), a.lostCause,
+					b.client, b.via, b.fence, b.start.Sub(a.start))
+			}
+		}
+	}
+	ch.t.Logf("overlaps of live Contexts: %d (of which excused by a restart without persistence: %d)", strict, excused)
+}
