@@ -7,20 +7,29 @@
 -- Returns {1, fence} when taken now, {2, fence} when it had been handed
 -- over to this token, {0, pttl, holder's fence} when held by someone else
 -- (a hand-over message to this token with a fence up to that one is
--- stale). Fences are decimal strings.
+-- stale).
 local token = ARGV[1]
+
+-- reply gives a fence (a decimal string) as an integer, which costs the
+-- client less to read, while a double holds it exactly; beyond, as is.
+local function reply(fence)
+  local n = tonumber(fence)
+  if n and n < 2^53 then return n end
+  return fence
+end
+
 local function wait(fence, now_ms, now_us)
   if ARGV[4] == '1' then
     enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
   end
-  return {0, redis.call('PTTL', KEYS[1]), fence}
+  return {0, redis.call('PTTL', KEYS[1]), fence and reply(fence)}
 end
 
 local held = redis.call('HMGET', KEYS[1], token, ':fence')
 if held[2] then
   -- HMGET fails with WRONGTYPE if the key is not a lock: nothing is written.
   if held[1] then
-    return {2, held[2]}
+    return {2, reply(held[2])}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
   return wait(held[2], clock())
@@ -34,4 +43,4 @@ if head and head ~= token then
   return wait(fence, now_ms, now_us)
 end
 if head then dequeue(token) end
-return {1, grant(token, ARGV[2], ARGV[3], now_ms, now_us)}
+return {1, reply(grant(token, ARGV[2], ARGV[3], now_ms, now_us))}
