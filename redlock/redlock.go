@@ -87,7 +87,10 @@ const (
 type Config struct {
 	// Nodes are the independent Redis masters, at least one; use an odd
 	// number, typically 5 (a majority of 5 survives 2 failures). Each may
-	// be any go-redis client and stays owned by the caller. Configure them
+	// be any go-redis client and stays owned by the caller. Two clients of
+	// one address are refused, but two names of one server (localhost and
+	// 127.0.0.1, two DNS names) are not detected, and that server's vote
+	// would count twice: list each server once. Configure them
 	// with ContextTimeoutEnabled: a request to a node that hangs is not
 	// waited for after the per-node timeout, but go-redis only abandons it
 	// at the context's deadline with ContextTimeoutEnabled, else at its
