@@ -165,6 +165,14 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	lost := l.Context().Err() != nil
 	lostCause := context.Cause(l.Context())
 	uerr := release()
+	if !lost && errors.Is(uerr, ErrNotHeld) {
+		// The release found the lock gone while it was trusted (an
+		// operator's ForceRelease, a deleted key): it was lost while fn
+		// ran, and the release has just declared it so.
+		if cause := context.Cause(l.Context()); errors.Is(cause, ErrLockLost) {
+			lost, lostCause = true, cause
+		}
+	}
 	switch {
 	case err != nil:
 		return err

@@ -8,8 +8,8 @@ import (
 // Holder describes who holds a lock. It is stored with the lock when it is
 // taken, so operators can see it with Inspect or `dlock inspect`.
 type Holder struct {
-	Host   string `json:"host,omitempty"`
-	PID    int    `json:"pid,omitempty"`
+	Host   string `json:"host,omitempty"`   // os.Hostname of the holder
+	PID    int    `json:"pid,omitempty"`    // its process id
 	Client string `json:"client,omitempty"` // WithClientName
 	Data   string `json:"data,omitempty"`   // WithMetadata
 }

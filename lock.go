@@ -92,7 +92,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if o != backend.Held {
 		return l.lost("extend")
 	}
-	return nil
+	// Declared lost (its deadline passed, or Close) while the request was
+	// on its way: nothing watches the lease Redis has just set.
+	return l.live()
 }
 
 // TTL returns how long Redis will keep the lock if it is not renewed.
@@ -106,6 +108,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	if o != backend.Held {
 		return 0, l.lost("ttl")
+	}
+	if err := l.live(); err != nil {
+		return 0, err // declared lost while the read was on its way
 	}
 	return d, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -894,5 +895,38 @@ func TestLateGrantReplyIsNotReturnedAsHeld(t *testing.T) {
 			l.Fence(), l.Context().Err() == nil, time.Since(w.dog.deadline(l.h)).Round(time.Millisecond))
 	} else if !errors.Is(err, ErrLockLost) {
 		t.Errorf("W's TryLock = %v, want ErrLockLost", err)
+	}
+}
+
+// A lock taken away while fn runs (an operator's ForceRelease, and another
+// holder taking it), found gone only by Do's release, is a loss: Do says
+// ErrLockLost, since fn's work may have overlapped another holder's.
+func TestDoReportsLossFoundAtRelease(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	err := c.Do(ctx, "job", func(ctx context.Context) error {
+		if err := other.ForceRelease(ctx, "job"); err != nil {
+			return err
+		}
+		l2, err := other.TryLock(context.Background(), "job")
+		if err != nil {
+			return err
+		}
+		return l2.Unlock(context.Background()) // overlapped fn's work
+	})
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("Do whose lock was taken by another holder while fn ran = %v, want ErrLockLost", err)
+	}
+}
+
+// ExponentialRetry's delays double from base up to max, even for a max
+// near math.MaxInt64 (an "uncapped" backoff), where doubling overflows.
+func TestExponentialBackoffNeverNegative(t *testing.T) {
+	r := ExponentialRetry(time.Second, time.Duration(math.MaxInt64), 0)
+	for a := 1; a <= 100; a++ {
+		if d, ok := r.Backoff(a); !ok || d < time.Second/2 {
+			t.Fatalf("Backoff(%d) = %v, %v: below base/2", a, d, ok)
+		}
 	}
 }

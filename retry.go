@@ -79,6 +79,10 @@ func (r exponentialRetry) Backoff(attempt int) (time.Duration, bool) {
 	}
 	d := r.base
 	for i := 1; i < attempt && d < r.max; i++ {
+		if d > r.max/2 {
+			d = r.max // doubling would pass max, or overflow
+			break
+		}
 		d *= 2
 	}
 	d = min(d, r.max)

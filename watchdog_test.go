@@ -292,3 +292,45 @@ func TestExtendMeetingOwnRelease(t *testing.T) {
 		t.Errorf("a released lock was reported lost: %+v", rec.losts)
 	}
 }
+
+// A lock declared lost while an Extend or a TTL read is on its way to
+// Redis (Close, or the deadline of a fixed lease passing) still has its key
+// there, which answers as held: the call reports the loss all the same,
+// since nothing watches the lease any more.
+func TestExtendAndTTLAfterLossInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sha   string
+		close bool // lost by Close, else by its deadline
+		call  func(l *Lock) error
+	}{
+		{"Extend, Close", extendScript.Hash(), true, func(l *Lock) error { return l.Extend(context.Background(), time.Minute) }},
+		{"Extend, deadline", extendScript.Hash(), false, func(l *Lock) error { return l.Extend(context.Background(), time.Minute) }},
+		{"TTL, Close", ttlScript.Hash(), true, func(l *Lock) error { _, err := l.TTL(context.Background()); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var l atomic.Pointer[Lock]
+			var c *Client
+			var hooked atomic.Bool
+			c, _ = hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{tc.sha: func() error {
+				if lk := l.Load(); lk != nil && hooked.CompareAndSwap(false, true) {
+					if tc.close {
+						go c.Close()
+					}
+					<-lk.Done() // declared lost before the call reaches Redis
+				}
+				return nil
+			}}})
+			lk := mustLock(t, c, "lost-in-flight", WithTTL(300*time.Millisecond), WithoutRenewal())
+			l.Store(lk)
+			err := tc.call(lk)
+			if cause := context.Cause(lk.Context()); !errors.Is(cause, ErrLockLost) {
+				t.Fatalf("lock's Context cause = %v, want ErrLockLost", cause)
+			}
+			if !errors.Is(err, ErrLockLost) {
+				t.Errorf("call on a lock lost meanwhile = %v, want an error wrapping ErrLockLost", err)
+			}
+		})
+	}
+}
