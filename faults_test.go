@@ -339,3 +339,32 @@ func TestRedisDown(t *testing.T) {
 	}
 	// goleak in TestMain checks that nothing was left running.
 }
+
+// A restart without persistence drops the lock, and the holder learns it
+// at its next renewal, up to d/3 later (docs/safety.md), not at its
+// deadline: the lease here is long enough for the two to differ.
+func TestRestartLossKnownAtNextRenewal(t *testing.T) {
+	c, _, srv := newTestClient(t)
+	const ttl = 3 * time.Second // renewed every 1 s; deadline ~2.97 s
+	l := mustLock(t, c, "restart-bound", WithTTL(ttl))
+	srv.Restart(t)
+	restarted := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl):
+		t.Fatal("holder not told within the lease that the restart dropped its lock")
+	}
+	late := time.Since(restarted)
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+	if strings.Contains(cause.Error(), "ran out") {
+		t.Errorf("lost at the deadline (%v), not by the next renewal: %v", late, cause)
+	}
+	// d/3, plus a retry period (d/10) for a renewal that met the server
+	// while it was down, plus scheduling slack on a loaded machine.
+	if limit := ttl/3 + ttl/10 + 200*time.Millisecond; late > limit {
+		t.Errorf("holder told %v after the restart, want within d/3 (%v, limit %v)", late, ttl/3, limit)
+	}
+}

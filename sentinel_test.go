@@ -2,7 +2,10 @@ package dlock
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,4 +376,175 @@ func TestSentinel(t *testing.T) {
 			}
 		}
 	})
+}
+
+// With FailClosed, a release the replicas did not acknowledge is still a
+// release: reported, never an error (docs/safety.md), and a hand-over it
+// made is not undone.
+func TestReplicaAckFailClosedRelease(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb := master.Client(t)
+	var reports reportLog
+	c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
+	plain := newClientOn(t, rdb)
+	lockAcked := func(key string) *Lock {
+		t.Helper()
+		for range 10 {
+			l, err := c.Lock(ctx, key)
+			if err == nil {
+				return l
+			}
+			if !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("Lock(%q): %v", key, err)
+			}
+		}
+		t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
+		return nil
+	}
+	l := lockAcked("fc-release")
+	handing := lockAcked("fc-handover")
+	got := lockAsync(ctx, plain, "fc-handover")
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "fc-handover") == 1 })
+
+	replica.Pause(t)
+	defer replica.Resume(t)
+
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with the replica paused = %v, want nil", err)
+	}
+	if rdb.Exists(ctx, c.keys("fc-release").lock).Val() != 0 {
+		t.Fatal("the master still has the lock after an unacknowledged release")
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrReleased) {
+		t.Errorf("cause = %v, want ErrReleased", context.Cause(l.Context()))
+	}
+	if ops := reports.ops(l.Token()); len(ops) != 1 || ops[0] != "release" {
+		t.Errorf("reports = %v, want one release", ops)
+	}
+	// A release that hands the lock over is not undone either: the waiter
+	// (no acknowledgement asked) holds it.
+	if err := handing.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock handing over with the replica paused = %v, want nil", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		_ = r.l.Unlock(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the lock")
+	}
+}
+
+// A master that hangs, then fails over: the waiters' pub/sub connection
+// stays on the old master, so a hand-over made on the new one wakes nobody,
+// and each waiter finds its lock at its next check, at most a third of the
+// queue TTL later (docs/safety.md).
+func TestHungMasterWaiterFindsLockAtNextCheck(t *testing.T) {
+	ctx := context.Background()
+	g := redistest.StartSentinelGroup(t, 1, 3)
+	hfc := g.FailoverClient(t)
+	holder := newClientOn(t, hfc)
+	wfc := g.FailoverClient(t)
+	checks := &checkLog{}
+	wfc.AddHook(checks)
+	waiter := newClientOn(t, wfc) // default queue TTL: checks every 1 s
+	const key = "hung-master"
+	l := mustLock(t, holder, key, WithTTL(time.Minute)) // no renewal during the test
+	got := lockAsync(ctx, waiter, key)
+	om := g.Master.Client(t)
+	ch := waiter.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe on the master", func() bool {
+		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
+		return om.ZCard(ctx, holder.keys(key).queue).Val() == 1 && subs[ch] == 1
+	})
+	waitReplicaAcks(t, om) // the lock and the queue entry are on the replica
+
+	oldAddr := g.Master.Addr()
+	g.Master.Pause(t)
+	paused := time.Now()
+	defer g.Master.Resume(t)
+	newAddr := g.WaitForFailover(t, oldAddr, 30*time.Second)
+	failedOver := time.Now()
+	_, newPort, _ := net.SplitHostPort(newAddr)
+	// The holder's client has followed the switch (its idle connections to
+	// the hung master are closed on +switch-master).
+	waitUntil(t, 20*time.Second, "the holder's client to reach the new master", func() bool {
+		v, err := hfc.ConfigGet(ctx, "port").Result()
+		return err == nil && v["port"] == newPort
+	})
+	// The worst case: release just after one of the waiter's checks found
+	// the lock held on the new master, so that only the next one finds it.
+	reached := time.Now()
+	waitUntil(t, 20*time.Second, "a check of the waiter on the new master", func() bool { return checks.last().After(reached) })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock on the new master: %v", err)
+	}
+	released := time.Now()
+	var r lockResult
+	select {
+	case r = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter never found its lock")
+	}
+	acquired := time.Now()
+	t.Logf("paused at 0, failover seen %v, released %v, waiter acquired %v",
+		failedOver.Sub(paused).Round(time.Millisecond), released.Sub(paused).Round(time.Millisecond), acquired.Sub(paused).Round(time.Millisecond))
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer r.l.Unlock(ctx)
+	if d, limit := acquired.Sub(released), DefaultQueueTTL/3+200*time.Millisecond; d > limit {
+		t.Errorf("waiter got the lock %v after the release on the new master, want at most a third of the queue TTL (%v, limit %v)",
+			d.Round(time.Millisecond), DefaultQueueTTL/3, limit)
+	}
+}
+
+// checkLog records when the acquire script last returned a reply.
+type checkLog struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (h *checkLog) last() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.at
+}
+
+func (h *checkLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *checkLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		isAcquire := len(a) > 1 && ((a[0] == "evalsha" && argString(a[1]) == acquireScript.Hash()) || (a[0] == "eval" && sha1Hex(argString(a[1])) == acquireScript.Hash()))
+		if err == nil && isAcquire {
+			h.mu.Lock()
+			h.at = time.Now()
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (h *checkLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func argString(v any) string {
+	switch s := v.(type) {
+	case string:
+		return s
+	case *string:
+		return *s
+	}
+	return ""
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

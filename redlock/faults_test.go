@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -426,5 +427,63 @@ func TestDegradedModeWithoutMajority(t *testing.T) {
 			}
 			_ = l.Unlock(ctx)
 		})
+	}
+}
+
+// docs/safety.md:331-335: "A holds nodes 1-3 of 5; node 3 crashes and
+// restarts empty at once; B takes nodes 3-5. Both believe they hold the
+// lock until A's next renewal (up to lease/3 later) finds that it lost the
+// majority"; and :319-322 "A renewal never gives a node back a lock it
+// lost". TestRestartedEmptyNodeAndFencing ends the window with an Extend
+// and a 10 s lease, so neither the watchdog's bound nor what the renewal
+// leaves on the nodes is checked.
+func TestRestartedEmptyNodeLossKnownAtNextRenewal(t *testing.T) {
+	cl := startCluster(t, 5)
+	ca, cb := cl.locker(t), cl.patientLocker(t)
+	ctx := context.Background()
+	const lease = 3 * time.Second // renewed every second; validity ~2.97 s
+	cl.srvs[3].Kill(t)
+	cl.srvs[4].Kill(t)
+	a := mustLock(t, ca, "hole", dlock.WithTTL(lease))
+	if got := cl.holders(t, "hole", a.Token()); len(got) != 3 {
+		t.Fatalf("A holds nodes %v, want 0-2", got)
+	}
+	cl.srvs[3].Restart(t)
+	cl.srvs[4].Restart(t)
+	cl.srvs[2].Kill(t)
+	cl.srvs[2].Restart(t) // empty: A's hold there is gone
+	restarted := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	b, err := cb.Lock(lctx, "hole", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("B could not take nodes 2-4: %v", err)
+	}
+	defer b.Unlock(ctx)
+	select {
+	case <-a.Done():
+	case <-time.After(lease):
+		t.Fatal("A not told within its lease that it lost the majority")
+	}
+	late := time.Since(restarted)
+	cause := context.Cause(a.Context())
+	if !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("A's cause = %v", cause)
+	}
+	if strings.Contains(cause.Error(), "ran out") {
+		t.Errorf("A lost at its deadline (%v), not by its next renewal: %v", late, cause)
+	}
+	if limit := lease/3 + lease/10 + 300*time.Millisecond; late > limit {
+		t.Errorf("A told %v after node 2 restarted, want within lease/3 (%v, limit %v)", late, lease/3, limit)
+	}
+	// A's renewals found the token gone on nodes 2-4 and put it back on
+	// none of them.
+	for _, i := range cl.holders(t, "hole", a.Token()) {
+		if i >= 2 {
+			t.Errorf("A's token is on node %d, which had lost it", i)
+		}
+	}
+	if got := cl.holders(t, "hole", b.Token()); len(got) < 3 {
+		t.Errorf("B holds nodes %v, want a majority", got)
 	}
 }

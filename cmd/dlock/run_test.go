@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 func TestRunPassesExitStatusAndEnvironment(t *testing.T) {
@@ -239,5 +240,70 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	}
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// README:242-245: "If the lock is lost while COMMAND runs (force-released,
+// Redis unreachable for a whole lease, --max-hold passed), they get
+// SIGTERM, then SIGKILL after --grace, and dlock says so and exits 79."
+// TestRunLostLockStopsCommand covers a force release only. Here Redis
+// stops answering (a frozen connection, as in a partition): dlock must
+// stop the command when its lease can no longer be trusted, and before the
+// lock could be given to anyone else.
+func TestRunLostLockWhenRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	proxy, err := tcpproxy.New(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	log := filepath.Join(t.TempDir(), "log")
+	const key = "unreachable"
+	p := start(t, baseEnv("LOG="+log), "--redis", redisURL(proxy.Addr()), "--ttl", "900ms",
+		"run", "--grace", "20s", key, "--", "sh", "-c", `trap 'echo TERM >> "$LOG"; exit 3' TERM; echo started >> "$LOG"; while :; do sleep 0.05; done`)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	// Another client, straight to Redis, queues for the lock: it must not
+	// get it before the command was told to stop.
+	other := lockClient(t, shared.Addr())
+	type result struct {
+		l   *dlock.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := other.Lock(context.Background(), key)
+		got <- result{l, err, time.Now()}
+	}()
+	proxy.Freeze()
+	frozen := time.Now()
+	var termAt time.Time
+	waitUntil(t, 5*time.Second, "the command to get SIGTERM", func() bool {
+		if strings.Contains(fileText(log), "TERM") {
+			termAt = time.Now()
+			return true
+		}
+		return false
+	})
+	if d := termAt.Sub(frozen); d > 900*time.Millisecond+300*time.Millisecond {
+		t.Errorf("SIGTERM %v after Redis became unreachable, want within the 900ms lease", d)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Unlock(context.Background())
+	t.Logf("frozen at 0, SIGTERM seen %v, other client acquired %v", termAt.Sub(frozen).Round(time.Millisecond), r.at.Sub(frozen).Round(time.Millisecond))
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if d := time.Since(frozen); d > 10*time.Second {
+		t.Errorf("dlock exited %v after Redis became unreachable", d)
+	}
+	stderr := p.stderr.String()
+	for _, want := range []string{`lost the lock "unreachable"`, "SIGTERM", `lock "unreachable" was lost while the command ran`, "its status: 3"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	}
 }
