@@ -65,7 +65,9 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 		return notSent(ctx)
 	}
 	if b.maxInflight < 0 {
-		return s.run(ctx, b.rdb, keys, args...)
+		cmd := s.run(ctx, b.rdb, keys, args...)
+		reloadSlots(ctx, b.rdb, cmd.Err())
+		return cmd
 	}
 	b.mu.Lock()
 	if b.inflight < b.maxInflight && len(b.pending) == 0 {

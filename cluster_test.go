@@ -35,7 +35,7 @@ func TestCluster(t *testing.T) {
 	t.Run("SlotMigration", func(t *testing.T) { testClusterSlotMigration(t, cl) })
 	t.Run("MasterRestart", func(t *testing.T) { testClusterMasterRestart(t, cl) })
 	// Last: it kills a master for good.
-	t.Run("FailoverWithReplicaAck", func(t *testing.T) { testClusterFailoverReplicaAck(t, cl, replicas[0]) })
+	t.Run("Failover", func(t *testing.T) { testClusterFailover(t, cl, replicas[0]) })
 }
 
 // waitRenewal waits until the lease of the lock named name goes up: since
@@ -750,41 +750,78 @@ func testClusterMasterRestart(t *testing.T, cl *redistest.Cluster) {
 	_ = next.Unlock(ctx)
 }
 
-// testClusterFailoverReplicaAck kills the master of a held lock's slot.
-// With WithReplicaAck, lock writes go to the slot's master from go-redis's
-// cached slot map, which go-redis refreshes on its own only for commands it
-// routes itself: once the replica is promoted, new locks of that slot and
-// the held lock's renewals must reach it, not the dead address.
-func testClusterFailoverReplicaAck(t *testing.T, cl *redistest.Cluster, replica *redistest.Server) {
+// testClusterFailover kills a master for good: Cluster promotes its
+// replica, which has the locks. Clients with and without WithReplicaAck
+// keep their locks (their renewals follow the slot to the promoted
+// replica), and a Client that last saw the old slot map takes a lock there:
+// go-redis itself reloads the map only after MOVED (a dead node sends
+// none) or once a minute.
+func testClusterFailover(t *testing.T, cl *redistest.Cluster, replica *redistest.Server) {
 	ctx := context.Background()
-	cc := cl.Client(t)
-	c := newClientOn(t, cc, WithReplicaAck(1, 500*time.Millisecond, AcceptAndReport))
 	dead := cl.Nodes[0].Addr()
-	key := "failover:0"
-	for i := 1; masterOf(t, cc, c, key) != dead; i++ {
-		key = fmt.Sprintf("failover:%d", i)
+	type holder struct {
+		name string
+		c    *Client
+		key  string
+		held *Lock
 	}
-	held := mustLock(t, c, key, WithTTL(10*time.Second))
+	var holders []holder
+	for _, h := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain", nil},
+		// The promoted master has no replica left: AcceptAndReport takes it.
+		{"acked", []Option{WithReplicaAck(1, 500*time.Millisecond, AcceptAndReport)}},
+	} {
+		cc := cl.Client(t)
+		c := newClientOn(t, cc, h.opts...)
+		key := h.name + "-failover:0"
+		for i := 1; masterOf(t, cc, c, key) != dead; i++ {
+			key = fmt.Sprintf("%s-failover:%d", h.name, i)
+		}
+		holders = append(holders, holder{h.name, c, key, mustLock(t, c, key, WithTTL(10*time.Second))})
+	}
+	// A Client that loads the slot map now, and is idle until after the
+	// failover. key + "}x" has key's hash tag: the same slot.
+	other := newClientOn(t, cl.Client(t))
+	slotmate := holders[0].key + "}x"
+	if l, err := other.TryLock(ctx, slotmate); err != nil {
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc := replica.Client(t)
+	waitUntil(t, 5*time.Second, "the grants on the replica", func() bool {
+		if rc.Do(ctx, "READONLY").Err() != nil {
+			return false
+		}
+		for _, h := range holders {
+			if rc.Exists(ctx, h.c.keys(h.key).lock).Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	cl.Nodes[0].Kill(t)
-	rc := replica.Client(t)
 	waitUntil(t, 30*time.Second, "the replica to be promoted", func() bool {
 		role, err := rc.Do(ctx, "ROLE").Slice()
 		return err == nil && len(role) > 0 && role[0] == "master" &&
 			strings.Contains(rc.ClusterInfo(ctx).Val(), "cluster_state:ok")
 	})
-	// Another lock of the same slot: key + "}x" has key's hash tag. (The
-	// promoted master has no replica left: AcceptAndReport takes it.)
-	waitUntil(t, 10*time.Second, "a lock on the promoted master", func() bool {
-		l, err := c.TryLock(ctx, key+"}x")
+	for _, h := range holders {
+		waitRenewal(t, rc, h.c.keys(h.key).lock)
+		if h.held.Context().Err() != nil {
+			t.Fatalf("%s: the held lock was lost across the failover: %v", h.name, context.Cause(h.held.Context()))
+		}
+		_ = h.held.Unlock(ctx)
+	}
+	waitUntil(t, 10*time.Second, "a lock on the promoted master through the idle Client", func() bool {
+		l, err := other.TryLock(ctx, slotmate)
 		if err == nil {
 			_ = l.Unlock(ctx)
 		}
 		return err == nil
 	})
-	waitRenewal(t, rc, c.keys(key).lock)
-	if held.Context().Err() != nil {
-		t.Fatalf("the held lock was lost across the failover: %v", context.Cause(held.Context()))
-	}
-	_ = held.Unlock(ctx)
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -49,8 +50,24 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 	out := make([]backend.Outcome, len(rs))
 	for i, cmd := range cmds {
 		out[i] = outcome(cmd.Int64())
+		reloadSlots(ctx, n.rdb, cmd.Err())
 	}
 	return out
+}
+
+// reloadSlots asks a ClusterClient to reload its slot map after err, a
+// failure that is not a Redis reply (the node did not answer, or not in
+// time). go-redis reloads the map on its own only after MOVED or READONLY,
+// and otherwise every ClusterStateReloadInterval (a minute by default):
+// after a failover, the commands it routes to the dead master's slots keep
+// going to the dead address until then. The reload is asynchronous and
+// coalesced, so one more than needed costs little.
+func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok || err == nil || errors.As(err, new(redis.Error)) || errors.As(err, new(notSentError)) || errors.Is(err, redis.ErrClosed) {
+		return
+	}
+	cc.ReloadState(ctx)
 }
 
 func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, error) {

@@ -252,6 +252,11 @@ func (w *wakeups) read(sh *shard) {
 			// go-redis reconnects and resubscribes on the next Receive, but
 			// messages sent meanwhile are gone: every waiter checks again.
 			w.nudgeAll(sh)
+			if !moved && sh.name != "" {
+				// The node is gone: go-redis resubscribes where its slot
+				// map says, which must learn of a failover.
+				reloadSlots(context.Background(), w.rdb, err)
+			}
 			backoff.Reset(100 * time.Millisecond)
 			select {
 			case <-sh.stop:
