@@ -29,6 +29,9 @@ const (
 
 // Acquire takes the lock on a majority of the nodes, waiting if r.Wait.
 func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
+	if b.begin() {
+		defer b.ops.Done()
+	}
 	k := b.keys(r.Key)
 	// What the waiters' channel had seen before the first attempt: a release
 	// published after it must not be missed by a waiter that joins later.
@@ -52,6 +55,11 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			// A fresh token per attempt: a release of an earlier attempt
 			// still on its way to a slow node cannot remove this one's hold.
 			token = backend.NewToken()
+		}
+		if w != nil {
+			// The release of this attempt's partial holds publishes its
+			// token, and the message can come before the attempt returns.
+			w.ignore(token)
 		}
 		start := time.Now()
 		res := b.try(ctx, r, k, token)

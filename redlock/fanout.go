@@ -146,7 +146,9 @@ func (b *redlock) all() []int {
 }
 
 // detachedTimeout is context.WithTimeout for requests that outlive the
-// function starting them: the last one to finish calls cancel.
+// function starting them, and the caller's cancellation: a release to a
+// slow node should still be applied after Unlock returned and its caller
+// cancelled ctx. The last request to finish calls cancel.
 func detachedTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, d)
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }

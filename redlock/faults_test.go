@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -485,5 +486,82 @@ func TestRestartedEmptyNodeLossKnownAtNextRenewal(t *testing.T) {
 	}
 	if got := cl.holders(t, "hole", b.Token()); len(got) < 3 {
 		t.Errorf("B holds nodes %v, want a majority", got)
+	}
+}
+
+// timingHook records when each command to a node ended.
+type timingHook struct {
+	mu   sync.Mutex
+	ends []time.Time
+}
+
+func (h *timingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *timingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *timingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.mu.Lock()
+		h.ends = append(h.ends, time.Now())
+		h.mu.Unlock()
+		return err
+	}
+}
+
+func (h *timingHook) lastEnd() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last time.Time
+	for _, e := range h.ends {
+		if e.After(last) {
+			last = e
+		}
+	}
+	return last
+}
+
+// Close waits for the requests in flight: also those of an attempt that was
+// under way when Close was called (its release after it failed), not only
+// those of the fanout that was running at that moment.
+func TestCloseWaitsForTheAttemptUnderWay(t *testing.T) {
+	cl := startCluster(t, 3)
+	hooks := make([]*timingHook, len(cl.rdbs))
+	for i, rdb := range cl.rdbs {
+		hooks[i] = &timingHook{}
+		rdb.AddHook(hooks[i])
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected to every node
+	// Node 1 is held by another owner, node 2 hangs: the attempt gets node
+	// 0 only, waits for node 2 up to the per-node timeout, and then
+	// releases on nodes 0 and 2.
+	cl.rdbs[1].HSet(ctx, lockKey("job"), "x", 1)
+	cl.rdbs[1].PExpire(ctx, lockKey("job"), 10*time.Second)
+	cl.srvs[2].Pause(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(ctx, "job")
+		errc <- err
+	}()
+	waitUntil(t, 5*time.Second, "the attempt to get node 0", func() bool {
+		return cl.rdbs[0].Exists(ctx, lockKey("job")).Val() == 1
+	})
+	c.Close()
+	closed := time.Now()
+	select {
+	case <-errc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("TryLock did not return")
+	}
+	for i, h := range hooks {
+		if d := h.lastEnd().Sub(closed); d > 100*time.Millisecond {
+			t.Errorf("node %d: a request was in flight %v after Close returned", i, d.Round(time.Millisecond))
+		}
 	}
 }

@@ -46,8 +46,9 @@
 // every waiter of the key (each retries after a small random delay, and one
 // of them takes the lock).
 //
-// Close waits for the requests still in flight to hung nodes, up to their
-// timeouts (about a second at most with ContextTimeoutEnabled clients), and
+// Close waits for the acquisitions under way and the requests still in
+// flight to hung nodes, up to their timeouts (about a second at most with
+// ContextTimeoutEnabled clients), and
 // for the waiters' pub/sub connection being set up to a hung node, up to the
 // node client's DialTimeout (5 s by default).
 //
@@ -180,6 +181,10 @@ type redlock struct {
 	closed   bool
 	done     chan struct{} // closed by Close
 	inflight sync.WaitGroup
+	// ops counts the Acquire calls begun before Close: an attempt under way
+	// sends more requests (the fence, the release of a failed attempt)
+	// after the fanout that was running when Close was called.
+	ops sync.WaitGroup
 }
 
 func newRedlock(cfg Config, s backend.Settings) *redlock {
@@ -223,8 +228,21 @@ func (b *redlock) Close() error {
 	close(b.done)
 	b.mu.Unlock()
 	b.hub.close()
+	b.ops.Wait()
 	b.inflight.Wait()
 	return nil
+}
+
+// begin registers an Acquire call so that Close waits for it; false once
+// closed (then every fanout of the call waits for its nodes).
+func (b *redlock) begin() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.ops.Add(1)
+	return true
 }
 
 // acquireTimeout is the per-node timeout of an acquisition attempt.

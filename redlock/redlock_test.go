@@ -428,3 +428,46 @@ func TestReleaseWithEvenNodesEveryNodeAnswering(t *testing.T) {
 		t.Errorf("Unlock = %v, want ErrNotHeld", err)
 	}
 }
+
+// A waiter blocked by holds of several owners (no owner has a majority, so
+// its failed attempt's release publishes) must not be woken by its own
+// release message: it would retry in a loop every RetryDelay/10 instead of
+// sleeping until a release by someone else or the holds' lease.
+func TestBlockedWaiterIsNotWokenByItsOwnRelease(t *testing.T) {
+	cl := startCluster(t, 5)
+	c := cl.locker(t)
+	ctx := context.Background()
+	// Stale holds of two crashed contenders: nodes 0-1 "x", node 2 "y".
+	for i, tok := range []string{"x", "x", "y"} {
+		cl.rdbs[i].HSet(ctx, lockKey("split"), tok, 1)
+		cl.rdbs[i].PExpire(ctx, lockKey("split"), 20*time.Second)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(wctx, "split")
+		errc <- err
+	}()
+	ch := lockKey("split") + ":wake"
+	waitUntil(t, 5*time.Second, "the waiter to subscribe on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if rdb.PubSubNumSub(ctx, ch).Val()[ch] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	before := scriptCalls(t, cl.rdbs[4])
+	select {
+	case err := <-errc:
+		t.Fatalf("Lock returned while the lock was split: %v", err)
+	case <-time.After(500 * time.Millisecond): // an observation window, not synchronization
+	}
+	// Nobody released anything: the waiter should sleep until the holds'
+	// lease (20 s) runs out, after at most one retry when its subscription
+	// reached a majority. An attempt is an acquire and a release.
+	if n := scriptCalls(t, cl.rdbs[4]) - before; n > 6 {
+		t.Errorf("the waiter ran %d scripts on node 4 in 500ms while nobody released: it wakes itself", n)
+	}
+}

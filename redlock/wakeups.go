@@ -63,12 +63,16 @@ type waiter struct {
 	c    *channel
 	wake chan struct{} // gets a value when the lock may have been released
 	self string        // guarded by hub.mu: the token of its last attempt
+	prev string        // guarded by hub.mu: the one before, whose message may come late
 }
 
-// ignore makes w ignore the release message of its own attempt's token.
+// ignore makes w ignore the release messages of its own attempts' tokens:
+// this one and the previous one.
 func (w *waiter) ignore(token string) {
 	w.h.mu.Lock()
-	w.self = token
+	if w.self != token {
+		w.prev, w.self = w.self, token
+	}
 	w.h.mu.Unlock()
 }
 
@@ -179,7 +183,7 @@ func (h *hub) wakeAll(c *channel, self string) {
 	h.seq++
 	c.gen = h.seq
 	for w := range c.waiters {
-		if self != "" && w.self == self {
+		if self != "" && (w.self == self || w.prev == self) {
 			continue
 		}
 		select {
