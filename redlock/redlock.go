@@ -48,9 +48,9 @@
 //
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
-// ContextTimeoutEnabled clients), and
-// for the waiters' pub/sub connection being set up to a hung node, up to the
-// node client's DialTimeout (5 s by default).
+// ContextTimeoutEnabled clients), and for the waiters' pub/sub connection
+// being set up to a hung node, up to the node client's DialTimeout (5 s by
+// default).
 //
 // Keys: for a lock K and the default prefix, each node has the hash
 // dlock:{K} (owner token -> hold count, plus fence, metadata and grant
