@@ -65,6 +65,25 @@ func (r *reportLog) ops(token string) []string {
 	return ops
 }
 
+// lockAcked takes key with a Client that asks for replica
+// acknowledgement, trying again if it fails closed: a loaded machine can
+// delay a healthy replica's acknowledgement past a short timeout, and
+// only the set-up of a test does this.
+func lockAcked(t *testing.T, c *Client, key string, opts ...LockOption) *Lock {
+	t.Helper()
+	for range 10 {
+		l, err := c.Lock(context.Background(), key, opts...)
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Lock(%q): %v", key, err)
+		}
+	}
+	t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
+	return nil
+}
+
 func TestReplicaAck(t *testing.T) {
 	ctx := context.Background()
 	master, replica := startReplicated(t)
@@ -133,25 +152,9 @@ func TestReplicaAck(t *testing.T) {
 		var reports reportLog
 		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
 		plain := newClientOn(t, rdb)
-		// Taken before the pause. A loaded machine can delay the healthy
-		// replica's acknowledgement past the short timeout (the grant then
-		// fails closed): only the set-up, so try again.
-		lockAcked := func(key string, opts ...LockOption) *Lock {
-			t.Helper()
-			for range 10 {
-				l, err := c.Lock(ctx, key, opts...)
-				if err == nil {
-					return l
-				}
-				if !errors.Is(err, ErrNotReplicated) {
-					t.Fatalf("Lock(%q): %v", key, err)
-				}
-			}
-			t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
-			return nil
-		}
-		renewed := lockAcked("renewed", WithTTL(time.Second))
-		fixed := lockAcked("fixed", WithTTL(2*time.Second), WithoutRenewal())
+		// Taken before the pause.
+		renewed := lockAcked(t, c, "renewed", WithTTL(time.Second))
+		fixed := lockAcked(t, c, "fixed", WithTTL(2*time.Second), WithoutRenewal())
 		handed := mustLock(t, plain, "handed")
 
 		replica.Pause(t)
@@ -388,22 +391,8 @@ func TestReplicaAckFailClosedRelease(t *testing.T) {
 	var reports reportLog
 	c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
 	plain := newClientOn(t, rdb)
-	lockAcked := func(key string) *Lock {
-		t.Helper()
-		for range 10 {
-			l, err := c.Lock(ctx, key)
-			if err == nil {
-				return l
-			}
-			if !errors.Is(err, ErrNotReplicated) {
-				t.Fatalf("Lock(%q): %v", key, err)
-			}
-		}
-		t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
-		return nil
-	}
-	l := lockAcked("fc-release")
-	handing := lockAcked("fc-handover")
+	l := lockAcked(t, c, "fc-release")
+	handing := lockAcked(t, c, "fc-handover")
 	got := lockAsync(ctx, plain, "fc-handover")
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "fc-handover") == 1 })
 

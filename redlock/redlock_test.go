@@ -253,15 +253,24 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int {
 	return total
 }
 
+// split makes two other owners hold key on nodes 0-1 and 2 for ttl, so
+// that nobody has a majority of 5.
+func (c *cluster) split(t *testing.T, key string, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for i, tok := range []string{"x", "x", "y"} {
+		if err := c.rdbs[i].HSet(ctx, lockKey(key), tok, 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.rdbs[i].PExpire(ctx, lockKey(key), ttl)
+	}
+}
+
 func TestFailedAttemptReleasesEverywhere(t *testing.T) {
 	cl := startCluster(t, 5)
 	c := cl.patientLocker(t)
 	ctx := context.Background()
-	// Two other contenders hold nodes 0-1 and 2: nobody has a majority.
-	for i, tok := range []string{"x", "x", "y"} {
-		cl.rdbs[i].HSet(ctx, lockKey("split"), tok, 1)
-		cl.rdbs[i].PExpire(ctx, lockKey("split"), 10*time.Second)
-	}
+	cl.split(t, "split", 10*time.Second)
 	_, err := c.TryLock(ctx, "split")
 	var re *redlock.Error
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &re) {
@@ -437,11 +446,7 @@ func TestBlockedWaiterIsNotWokenByItsOwnRelease(t *testing.T) {
 	cl := startCluster(t, 5)
 	c := cl.locker(t)
 	ctx := context.Background()
-	// Stale holds of two crashed contenders: nodes 0-1 "x", node 2 "y".
-	for i, tok := range []string{"x", "x", "y"} {
-		cl.rdbs[i].HSet(ctx, lockKey("split"), tok, 1)
-		cl.rdbs[i].PExpire(ctx, lockKey("split"), 20*time.Second)
-	}
+	cl.split(t, "split", 20*time.Second) // stale holds of crashed contenders
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
