@@ -31,6 +31,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
+	if !c.begin() {
+		return nil, ErrClosed
+	}
+	defer c.ops.Done()
 	cfg, err := newLockConfig(opts)
 	if err != nil {
 		return nil, err

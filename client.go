@@ -31,6 +31,8 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	mu        sync.Mutex     // orders begin with Close
+	ops       sync.WaitGroup // Lock and TryLock calls under way
 }
 
 // New returns a Client using rdb, which stays owned by the caller (Close
@@ -88,13 +90,22 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // Close stops renewing the Client's locks and closes its pub/sub
 // connection. Locks still held are not released: they expire with their
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
-// nothing renews them any more. Calls of the Client's methods after Close
-// return ErrClosed; Unlock still releases a lock that Close left held.
+// nothing renews them any more. Lock calls under way give up with
+// ErrClosed, and Close waits for them to leave the queue or release what
+// they got (up to 5 s each, if Redis does not answer). Calls of the
+// Client's methods after Close return ErrClosed; Unlock still releases a
+// lock that Close left held.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
 		close(c.closed)
+		c.mu.Unlock()
 		_ = c.be.Close()
 		c.dog.close()
+		// The calls under way give up now; wait for them to leave the
+		// queue or release what they got, while the caller's Redis
+		// client is still open.
+		c.ops.Wait()
 	})
 	return nil
 }
@@ -106,6 +117,18 @@ func (c *Client) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// begin registers a Lock or TryLock call, so that Close waits for it;
+// false once closed.
+func (c *Client) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isClosed() {
+		return false
+	}
+	c.ops.Add(1)
+	return true
 }
 
 // check validates a call's key and the Client's state.

@@ -156,6 +156,13 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 		// Not held, and not because an earlier try of ours released it (the
 		// lease was still trusted, so only that try can have removed it).
 		err := fmt.Errorf("dlock: unlock %q: %w", l.Key(), ErrNotHeld)
+		if wasLive && l.level > 1 && l.c.dog.releasedBySelf(l.h) {
+			// The outer Unlock's release, under way, removed it (as a
+			// renewal can meet it, watchdog.renew): released, not lost.
+			l.h.cancel(ErrReleased)
+			l.cancel(ErrReleased)
+			return err
+		}
 		if !wasLive && !wasReleased {
 			err = fmt.Errorf("%w: %w", err, ErrLockLost)
 		}

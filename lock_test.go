@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -928,5 +929,86 @@ func TestExponentialBackoffNeverNegative(t *testing.T) {
 		if d, ok := r.Backoff(a); !ok || d < time.Second/2 {
 			t.Fatalf("Backoff(%d) = %v, %v: below base/2", a, d, ok)
 		}
+	}
+}
+
+// An inner Lock unlocked while the outer Unlock's release has run in Redis
+// but its reply is still on the way finds the lock gone. That is the outer
+// Unlock's doing, as when the two run one after the other
+// (TestReenteredLockAfterUnlock): the inner Unlock says ErrNotHeld without
+// a loss, and the lock's Context ends with ErrReleased, not ErrLockLost.
+func TestInnerUnlockMeetingOuterRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	ran, proceed := make(chan struct{}), make(chan struct{})
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
+		if armed.CompareAndSwap(true, false) {
+			close(ran) // the outer release ran in Redis; hold its reply back
+			<-proceed
+		}
+		return nil
+	}}})
+	outer := mustLock(t, c, "nested-race", WithTTL(30*time.Second))
+	inner, err := c.Lock(outer.Context(), "nested-race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	var wg sync.WaitGroup
+	var outerErr error
+	wg.Add(1)
+	go func() { defer wg.Done(); outerErr = outer.Unlock(ctx) }()
+	<-ran
+	innerErr := inner.Unlock(ctx)
+	close(proceed)
+	wg.Wait()
+	if outerErr != nil {
+		t.Errorf("outer Unlock = %v, want nil", outerErr)
+	}
+	if !errors.Is(innerErr, ErrNotHeld) || errors.Is(innerErr, ErrLockLost) {
+		t.Errorf("inner Unlock during the outer one = %v, want ErrNotHeld and no loss", innerErr)
+	}
+	if cause := context.Cause(outer.Context()); !errors.Is(cause, ErrReleased) {
+		t.Errorf("the outer lock's Context ended with %v, want ErrReleased: it was unlocked, not lost", cause)
+	}
+}
+
+// Client.Close wakes the waiters, which then leave the queue on their own
+// (node_acquire.go abandon). The Redis client is the caller's, closed
+// right after Close as `defer rdb.Close(); defer c.Close()` does: if Close
+// returns before its waiters have left, their entries stay queued, and the
+// next release hands the lock to a waiter that is gone (held by nobody
+// until its hand-over lease runs out), as redlock's Close already avoids.
+func TestCloseLeavesNoWaiterBehind(t *testing.T) {
+	srv := redistest.Start(t)
+	holderClient := newClientOn(t, srv.Client(t))
+	ctx := context.Background()
+	const key = "close-queue"
+	// The waiter's release (leaving the queue) takes a 50ms round trip:
+	// latency injected, not synchronisation.
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error {
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}}})
+	h := mustLock(t, holderClient, key, WithTTL(30*time.Second))
+	got := lockAsync(ctx, c, key, WithTTL(30*time.Second))
+	check := srv.Client(t)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, check, holderClient, key) == 1 })
+
+	c.Close()
+	rdb.Close() // the caller's Redis client, closed after the Client
+	if r := <-got; !errors.Is(r.err, ErrClosed) {
+		t.Fatalf("Lock during Close = %v, want ErrClosed", r.err)
+	}
+	if n := queued(t, check, holderClient, key); n != 0 {
+		t.Errorf("%d queue entries left behind by a Client that was closed", n)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner := check.HGetAll(ctx, holderClient.keys(key).lock).Val(); len(owner) != 0 {
+		t.Errorf("the release handed the lock to the closed Client's waiter: held by nobody, pttl %v: %v",
+			check.PTTL(ctx, holderClient.keys(key).lock).Val(), owner)
 	}
 }

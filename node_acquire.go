@@ -86,7 +86,13 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		case 1:
 			return a.taken(ctx, ack, uint64(res[1]), start)
 		case 2:
-			if g, done, err := a.handedOver(ctx, uint64(res[1]), notHeldAt); done {
+			// Granted after notHeldAt, for grantTTL; or, read now, pttl
+			// more from this check's start, whichever ends later.
+			since, ttl := notHeldAt, a.grantTTL
+			if len(res) > 2 && res[2] > 0 && start.Add(time.Duration(res[2])*time.Millisecond).After(since.Add(ttl)) {
+				since, ttl = start, time.Duration(res[2])*time.Millisecond
+			}
+			if g, done, err := a.handedOver(ctx, uint64(res[1]), since, ttl); done {
 				return g, err
 			}
 			continue
@@ -135,7 +141,13 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			if fence <= staleUpTo {
 				continue // check again rather than trust it
 			}
-			if g, done, err := a.handedOver(ctx, fence, notHeldAt); done {
+			if a.n.ack == nil && time.Until(notHeldAt.Add(a.grantTTL-backend.Drift(a.grantTTL))) < a.grantTTL/2 {
+				// The last check that found the lock held is long past (the
+				// checks since failed, or were slow): a lease trusted from
+				// there would soon be over. A check reads what is left.
+				continue
+			}
+			if g, done, err := a.handedOver(ctx, fence, notHeldAt, a.grantTTL); done {
 				return g, err
 			}
 		case <-nudge:

@@ -534,18 +534,19 @@ func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.T
 }
 
 // handedOver finishes an acquisition that a release handed over to this
-// waiter. That grant was written by the releasing client, so a WAIT on our
-// connection says nothing about it: with replica acknowledgement, the
-// lease is set again (to the hand-over lease, from now: later than the
-// trusted deadline, which runs from notHeldAt) and that write is waited
-// for. done is false if the lock turned out not to be ours any more (it
-// was force-released meanwhile): the caller checks again.
-func (a *attempt) handedOver(ctx context.Context, fence uint64, notHeldAt time.Time) (g backend.Grant, done bool, err error) {
+// waiter, with a lease of ttl that Redis started after since. That grant
+// was written by the releasing client, so a WAIT on our connection says
+// nothing about it: with replica acknowledgement, the lease is set again
+// (to the hand-over lease, from now) and that write is waited for. done is
+// false if the lock turned out not to be ours any more (it was
+// force-released meanwhile): the caller checks again.
+func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time, ttl time.Duration) (g backend.Grant, done bool, err error) {
 	if a.n.ack == nil {
-		g, err = a.grant(fence, notHeldAt, a.grantTTL)
+		g, err = a.grant(fence, since, ttl)
 		return g, true, err
 	}
 	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL)}}
+	set := time.Now()
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
 	switch {
@@ -559,7 +560,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, notHeldAt time.T
 		a.abandon(ctx)
 		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 	}
-	g, err = a.grant(fence, notHeldAt, a.grantTTL)
+	g, err = a.grant(fence, set, a.grantTTL)
 	return g, true, err
 }
 

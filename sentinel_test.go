@@ -485,6 +485,9 @@ func TestHungMasterWaiterFindsLockAtNextCheck(t *testing.T) {
 		t.Fatalf("waiter: %v", r.err)
 	}
 	defer r.l.Unlock(ctx)
+	if err := r.l.Context().Err(); err != nil {
+		t.Fatalf("the waiter's lock is over already: %v", context.Cause(r.l.Context()))
+	}
 	if d, limit := acquired.Sub(released), DefaultQueueTTL/3+200*time.Millisecond; d > limit {
 		t.Errorf("waiter got the lock %v after the release on the new master, want at most a third of the queue TTL (%v, limit %v)",
 			d.Round(time.Millisecond), DefaultQueueTTL/3, limit)

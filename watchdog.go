@@ -343,6 +343,7 @@ func (w *watchdog) renew(due []*hold) {
 		default:
 			// Try again soon; the deadline decides when it is lost.
 			h.nextRenew = time.Now().Add(max(h.ttl/10, MinTTL))
+			h.slack = 0 // not pulled forward: trust sets it again
 			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key)
 		}
 	}

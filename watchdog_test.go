@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -333,4 +334,42 @@ func TestExtendAndTTLAfterLossInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A renewal that fails (Redis answered with an error, or could not be
+// reached) is tried again a tenth of the lease later (watchdog.renew), not
+// at once: the batching slack of a sixth of the lease must not pull the
+// retry forward into a loop of back-to-back renewals.
+func TestFailedRenewalIsNotRetriedAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	var mu sync.Mutex
+	var at []time.Time
+	errDown := errors.New("redis unreachable")
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		if !armed.Load() {
+			return nil
+		}
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		return errDown
+	}}})
+	const ttl = 3 * time.Second // renewed every second; a failed one retried 300ms later
+	l := mustLock(t, c, "renew-retry", WithTTL(ttl))
+	armed.Store(true)
+	waitUntil(t, 5*time.Second, "two failed renewals", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 2
+	})
+	armed.Store(false)
+	mu.Lock()
+	gap := at[1].Sub(at[0])
+	mu.Unlock()
+	if gap < ttl/10-10*time.Millisecond {
+		t.Errorf("a failed renewal was tried again after %v, want about %v (lease/10)", gap, ttl/10)
+	}
+	_ = l.Unlock(ctx)
 }

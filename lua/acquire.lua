@@ -4,8 +4,8 @@
 -- ARGV[4] '1' to join the queue, ARGV[5] queue entry ttl ms,
 -- ARGV[6] lease ms to grant if the lock is handed over while queued,
 -- ARGV[7] the waiting client's channel suffix (KEYS[5]:ARGV[7]).
--- Returns {1, fence} when taken now, {2, fence} when it had been handed
--- over to this token, {0, pttl, holder's fence} when held by someone else
+-- Returns {1, fence} when taken now, {2, fence, pttl} when it had been
+-- handed over to this token, {0, pttl, holder's fence} when held by someone else
 -- (a hand-over message to this token with a fence up to that one is
 -- stale).
 local token = ARGV[1]
@@ -29,7 +29,7 @@ local held = redis.call('HMGET', KEYS[1], token, ':fence')
 if held[2] then
   -- HMGET fails with WRONGTYPE if the key is not a lock: nothing is written.
   if held[1] then
-    return {2, reply(held[2])}
+    return {2, reply(held[2]), redis.call('PTTL', KEYS[1])}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
   return wait(held[2], clock())
