@@ -69,7 +69,8 @@ of the dlock repository.`,
 				return usagef("--duration %v: must be positive", f.duration)
 			case f.hold < 0:
 				return usagef("--hold %v: must not be negative", f.hold)
-			case f.private && a.conn.configured():
+			case f.private && (a.conn.url != "" || len(a.conn.cluster) > 0 || a.conn.sentinelMaster != ""):
+				// Flags only: --private overrides $DLOCK_REDIS_URL.
 				return usagef("--private starts its own server: drop --redis, --sentinel and --cluster")
 			}
 			return a.bench(f)
@@ -86,7 +87,7 @@ of the dlock repository.`,
 }
 
 func (a *app) bench(f benchFlags) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	if f.private {
 		srv, err := startPrivateServer(ctx)
@@ -111,7 +112,7 @@ func (a *app) bench(f benchFlags) error {
 		fmt.Fprintln(a.stdout, "(Redis commands counted with INFO commandstats, including those scripts run; other clients inflate them)")
 	}
 	if f.goroutines > 0 {
-		if r.Uncontended, err = b.uncontended(ctx); err != nil {
+		if r.Uncontended, err = b.uncontended(ctx); err != nil || ctx.Err() != nil {
 			return b.fail(ctx, err)
 		}
 		if !f.asJSON {
@@ -119,7 +120,7 @@ func (a *app) bench(f benchFlags) error {
 		}
 	}
 	if f.workers > 0 {
-		if r.Contended, err = b.contended(ctx); err != nil {
+		if r.Contended, err = b.contended(ctx); err != nil || ctx.Err() != nil {
 			return b.fail(ctx, err)
 		}
 		if !f.asJSON {

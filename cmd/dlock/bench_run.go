@@ -96,7 +96,7 @@ func (b *bencher) uncontended(ctx context.Context) (*uncontendedResult, error) {
 				t := time.Now()
 				l, err := b.c.locks.Lock(ctx, key, dlock.WithTTL(b.conn.ttl))
 				if err == nil {
-					err = l.Unlock(ctx)
+					err = unlock(ctx, l)
 				}
 				if err != nil {
 					errs[i] = err
@@ -191,7 +191,7 @@ func (b *bencher) contended(ctx context.Context) (*contendedResult, error) {
 				lastWorker.Store(int64(i))
 				lastRelease.Store(int64(time.Since(start)))
 				inside.Add(-1)
-				if err := l.Unlock(ctx); err != nil {
+				if err := unlock(ctx, l); err != nil {
 					errs[i] = err
 					return
 				}
@@ -234,6 +234,14 @@ func (b *bencher) contended(ctx context.Context) (*contendedResult, error) {
 		ScriptsPerAcq:  perOp(scripts, total),
 		Overlaps:       overlaps.Load(),
 	}, nil
+}
+
+// unlock releases l even if ctx has ended (the bench was interrupted):
+// else the lock would stay held for a whole --ttl.
+func unlock(ctx context.Context, l *dlock.Lock) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	return l.Unlock(ctx)
 }
 
 func perOp(n, ops int64) float64 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestBench(t *testing.T) {
@@ -33,4 +35,17 @@ func TestBench(t *testing.T) {
 		}
 	}
 	dlockRun(t, nil, "bench", "--goroutines", "0", "--workers", "0").want(t, exitUsage)
+}
+
+// --private starts a server of bench's own: a $DLOCK_REDIS_URL in the
+// environment (the README's way to set a default server) is no --redis
+// flag, and must not make it a usage error.
+func TestBenchPrivateWithRedisURLInEnvironment(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := dlockRun(t, baseEnv(envRedisURL+"="+redisURL(srv.Addr())),
+		"bench", "--private", "--duration", "100ms", "--goroutines", "1", "--workers", "0").want(t, 0)
+	if !strings.Contains(r.stdout, "uncontended: 1 goroutines") || strings.Contains(r.stdout, srv.Addr()) {
+		t.Errorf("bench --private report:\n%s", r.stdout)
+	}
 }

@@ -44,9 +44,7 @@ type child struct {
 func startChild(path string, argv, env []string, stdout, stderr io.Writer) (*child, error) {
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}
 	shared := inForeground()
-	if !shared {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
+	cmd.SysProcAttr = commandProcAttr(!shared)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
 )
 
 // demoFlags are the flags of `dlock demo`.
@@ -52,8 +54,8 @@ The exit status is 0 if every check passed, 1 if one failed.`,
 			if f.workers < 2 || f.increments < 1 {
 				return usagef("demo needs --workers >= 2 and --increments >= 1")
 			}
-			if f.lease < 100*time.Millisecond {
-				return usagef("--lease %v: must be at least 100ms", f.lease)
+			if f.lease < 100*time.Millisecond || f.lease > dlock.MaxTTL {
+				return usagef("--lease %v: must be between 100ms and %v", f.lease, dlock.MaxTTL)
 			}
 			return a.demo(f)
 		},
@@ -79,7 +81,7 @@ type demo struct {
 }
 
 func (a *app) demo(f demoFlags) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	exe, err := executable()
 	if err != nil {
@@ -160,9 +162,12 @@ func (d *demo) cleanup() {
 	}
 	for _, k := range []string{d.lockName("counter"), d.lockName("fenced")} {
 		// The fence counter outlives its lock, by design, and expires 24
-		// hours after its creation: it is named as documented in the
-		// README ("How it works").
-		_ = d.c.rdb.Del(ctx, d.conn.prefix+"{"+k+"}:fence").Err() // k never starts with '}'
+		// hours after its creation; an interrupted demo leaves the lock a
+		// killed worker held, and the queue. They are named as documented
+		// in the README ("How it works").
+		base := d.conn.prefix + "{" + k + "}" // k never starts with '}'
+		_ = d.c.rdb.Del(ctx, base+":fence").Err()
+		_ = d.c.rdb.Del(ctx, base, base+":queue", base+":waiters").Err() // one slot: one command
 	}
 }
 

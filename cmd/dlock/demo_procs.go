@@ -20,12 +20,13 @@ const eventTimeout = 30 * time.Second
 
 // workerProc is a running `dlock demo-worker` process.
 type workerProc struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan workerEvent // closed when its stdout ends
-	done   chan struct{}    // closed when it has exited
-	stderr strings.Builder  // what it said on stderr, for error messages
+	name    string
+	timeout time.Duration // for each event: eventTimeout, plus --lease that B may wait
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	events  chan workerEvent // closed when its stdout ends
+	done    chan struct{}    // closed when it has exited
+	stderr  strings.Builder  // what it said on stderr, for error messages
 }
 
 // spawnWorker starts `dlock demo-worker ROLE args...` from this binary.
@@ -35,7 +36,7 @@ func (d *demo) spawnWorker(name, role string, args ...string) (*workerProc, erro
 	cmd := exec.Command(d.exe, argv...)
 	cmd.Env = d.env
 	cmd.SysProcAttr = childProcAttr()
-	w := &workerProc{name: name, cmd: cmd, events: make(chan workerEvent, 16), done: make(chan struct{})}
+	w := &workerProc{name: name, timeout: eventTimeout + d.f.lease, cmd: cmd, events: make(chan workerEvent, 16), done: make(chan struct{})}
 	cmd.Stderr = &w.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -66,7 +67,7 @@ func (d *demo) spawnWorker(name, role string, args ...string) (*workerProc, erro
 
 // next waits for the worker's next event, which must be want.
 func (w *workerProc) next(ctx context.Context, want string) (workerEvent, error) {
-	t := time.NewTimer(eventTimeout)
+	t := time.NewTimer(w.timeout)
 	defer t.Stop()
 	select {
 	case e, ok := <-w.events:
@@ -79,7 +80,7 @@ func (w *workerProc) next(ctx context.Context, want string) (workerEvent, error)
 		}
 		return e, nil
 	case <-t.C:
-		return workerEvent{}, fmt.Errorf("worker %s: no %q within %v", w.name, want, eventTimeout)
+		return workerEvent{}, fmt.Errorf("worker %s: no %q within %v", w.name, want, w.timeout)
 	case <-ctx.Done():
 		return workerEvent{}, context.Cause(ctx)
 	}

@@ -72,3 +72,26 @@ func TestDemoWithoutRedisServer(t *testing.T) {
 		t.Errorf("stderr: %q", r.stderr)
 	}
 }
+
+// `demo --lease` takes any lease of at least 100ms. One the library
+// refuses (over 24h) must be a usage error before anything runs, not a
+// failed worker half-way through the demo; a long one that it accepts must
+// not make the demo give up on worker B, who waits that long for the lock.
+func TestDemoLongLease(t *testing.T) {
+	t.Parallel()
+	t.Run("over 24h", func(t *testing.T) {
+		t.Parallel()
+		r := dlockRun(t, nil, "--redis", sharedURL(), "demo", "--workers", "2", "--increments", "1", "--lease", "25h").want(t, exitUsage)
+		if r.stdout != "" {
+			t.Errorf("demo --lease 25h ran before failing:\n%s\nstderr: %s", r.stdout, r.stderr)
+		}
+	})
+	t.Run("31s", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		r := dlockRun(t, nil, "--redis", redisURL(srv.Addr()), "demo", "--workers", "2", "--increments", "1", "--lease", "31s").want(t, 0)
+		if !strings.Contains(r.stdout, "All checks passed.") {
+			t.Errorf("demo --lease 31s:\n%s", r.stdout)
+		}
+	})
+}

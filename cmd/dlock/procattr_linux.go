@@ -16,6 +16,14 @@ func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
+// commandProcAttr is the SysProcAttr of `run`'s COMMAND: in its own process
+// group if ownGroup, and killed by the kernel if dlock dies without stopping
+// it (SIGKILL): nothing renews the lock then, and another holder gets it
+// once the lease runs out.
+func commandProcAttr(ownGroup bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: ownGroup, Pdeathsig: syscall.SIGKILL}
+}
+
 // descendants returns the processes descending from pid now, read from
 // /proc: what a command started in dlock's own process group (at an
 // interactive terminal), which a signal to the command alone would miss.

@@ -11,6 +11,12 @@ func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
+// commandProcAttr is the SysProcAttr of `run`'s COMMAND: in its own process
+// group if ownGroup.
+func commandProcAttr(ownGroup bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: ownGroup}
+}
+
 // descendants is unknown here: at an interactive terminal a lost lock stops
 // the command alone.
 func descendants(int) []int { return nil }

@@ -1,0 +1,119 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// How dlock ends when it is signalled or killed: what it leaves behind.
+
+// A dlock that is killed outright (SIGKILL: `timeout -k`, the OOM killer)
+// can neither renew the lock nor stop COMMAND. Its lease then runs out and
+// another client takes the lock: COMMAND must not go on working beside it.
+func TestRunKilledDlockDoesNotLeaveCommandRunning(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	const key = "killed-dlock"
+	p := start(t, baseEnv("PIDF="+pidFile), "--redis", sharedURL(), "--ttl", "600ms",
+		"run", key, "--", "sh", "-c", `echo $$ > "$PIDF"; exec sleep 1000`)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(fileText(pidFile), "\n") })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Another client gets the lock once the lease has run out.
+	l, err := lockClient(t, shared.Addr()).Lock(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	waitUntil(t, 3*time.Second, "COMMAND (pid "+strconv.Itoa(pid)+") to be stopped: dlock was killed and another client holds the lock now",
+		func() bool { return processGone(pid) })
+}
+
+// README: "On your own server it uses keys under a random demo name and
+// deletes them." An interrupted demo (Ctrl-C, or the terminal closing:
+// SIGHUP) must not leave the lock its frozen worker held, nor its data.
+func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			p := start(t, nil, "--redis", redisURL(srv.Addr()), "demo", "--workers", "2", "--increments", "5", "--lease", "1m")
+			// Worker A holds the fenced lock with a 1m lease, and is frozen.
+			waitUntil(t, 30*time.Second, "the frozen scene", func() bool {
+				return len(rdb.Keys(t.Context(), "dlock:{demo-*:fenced}").Val()) == 1
+			})
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			code := p.wait(t)
+			if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
+				t.Errorf("after %v (exit status %d) the demo left keys behind: %q\nstderr: %s", sig, code, keys, p.stderr.String())
+			}
+		})
+	}
+}
+
+// The private redis-server of the demo lives in a temporary directory,
+// removed at the end: also when the terminal closes (SIGHUP).
+func TestDemoHangupRemovesPrivateServerDir(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	p := start(t, baseEnv("TMPDIR="+tmp), "demo", "--lease", "1m")
+	// The private server runs, and so do the workers.
+	waitUntil(t, 30*time.Second, "a demo worker", func() bool {
+		for _, pid := range descendants(p.cmd.Process.Pid) {
+			if strings.Contains(fileText("/proc/"+strconv.Itoa(pid)+"/cmdline"), "demo-worker") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t)
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("after SIGHUP (exit status %d) the demo left %s/%s behind\nstderr: %s", code, tmp, ents[0].Name(), p.stderr.String())
+	}
+}
+
+// An interrupted bench must release the lock a worker holds: it used to
+// release it with the cancelled context, so the release was never sent
+// and the lock stayed held for a whole --ttl.
+func TestBenchInterruptedReleasesLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	p := start(t, nil, "--redis", redisURL(srv.Addr()), "--ttl", "1m", "bench",
+		"--goroutines", "0", "--workers", "1", "--hold", "1s", "--duration", "30s")
+	waitUntil(t, 30*time.Second, "a worker to hold the lock", func() bool {
+		return len(rdb.Keys(t.Context(), "dlock:{bench-*:c}").Val()) == 1
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 130 {
+		t.Errorf("exit status %d, want 130\nstderr: %s", code, p.stderr.String())
+	}
+	if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
+		t.Errorf("the interrupted bench left keys behind: %q", keys)
+	}
+}
