@@ -74,13 +74,15 @@ func Setups() []Setup {
 		},
 		{
 			Name: "redislock", Lib: "redislock", Mode: "readme",
-			Settings: "`Obtain(ctx, key, 10s, &Options{RetryStrategy: LinearBackoff(100ms)})` (the package's retry example) with a context deadline",
-			Open:     openRedislock(redislock.LinearBackoff(100 * time.Millisecond)),
+			Settings: "`Obtain(ctx, key, 10s, &Options{RetryStrategy: LimitRetry(LinearBackoff(100ms), 3)})` (the package's retry example; Obtain is called again when it gives up) with a context deadline",
+			Open: openRedislock(func() redislock.RetryStrategy {
+				return redislock.LimitRetry(redislock.LinearBackoff(100*time.Millisecond), 3)
+			}),
 		},
 		{
 			Name: "redislock tuned", Lib: "redislock", Mode: "tuned",
 			Settings: "`RetryStrategy`: random 1-3 ms, until the context deadline",
-			Open:     openRedislock(jitterStrategy{}),
+			Open:     openRedislock(func() redislock.RetryStrategy { return jitterStrategy{} }),
 		},
 		{
 			Name: "rueidislock", Lib: "rueidislock", Mode: "readme",
@@ -183,7 +185,7 @@ func (r *redsyncLocker) Close() { r.rdb.Close() }
 type redislockLocker struct {
 	rdb   *redis.Client
 	c     *redislock.Client
-	retry redislock.RetryStrategy
+	retry func() redislock.RetryStrategy // a fresh one per Obtain: LimitRetry counts
 }
 
 // jitterStrategy is a stateless redislock.RetryStrategy: 1-3 ms, forever
@@ -192,7 +194,7 @@ type jitterStrategy struct{}
 
 func (jitterStrategy) NextBackoff() time.Duration { return Jitter() }
 
-func openRedislock(retry redislock.RetryStrategy) func(string, *RoundTrips) (Locker, error) {
+func openRedislock(retry func() redislock.RetryStrategy) func(string, *RoundTrips) (Locker, error) {
 	return func(addr string, rt *RoundTrips) (Locker, error) {
 		rdb := newRedis(addr, rt)
 		return &redislockLocker{rdb: rdb, c: redislock.New(rdb), retry: retry}, nil
@@ -203,7 +205,7 @@ func openRedislock(retry redislock.RetryStrategy) func(string, *RoundTrips) (Loc
 const redislockTTL = 10 * time.Second
 
 func (r *redislockLocker) Lock(ctx context.Context, key string) (Unlock, error) {
-	l, err := r.c.Obtain(ctx, key, redislockTTL, &redislock.Options{RetryStrategy: r.retry})
+	l, err := r.c.Obtain(ctx, key, redislockTTL, &redislock.Options{RetryStrategy: r.retry()})
 	if err != nil {
 		if errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
 			return nil, fmt.Errorf("%w: %w", ErrGaveUp, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"math"
@@ -372,9 +373,20 @@ func writeContended(b *strings.Builder, r *Report, n int) {
 		"min/max per worker", "same worker again", "top-level cmds/acq", "total cmds/acq", "exclusion violations", "gave up (retried)")
 	for _, s := range r.Setups {
 		get := func(f func(bench.ContendedResult) float64) stat { return r.con(n, s.Name, f) }
-		mn := get(func(x bench.ContendedResult) float64 { return float64(x.MinPerWorker) }).Med
-		mx := get(func(x bench.ContendedResult) float64 { return float64(x.MaxPerWorker) }).Med
-		fair := get(func(x bench.ContendedResult) float64 { return x.Fairness }).Med
+		// min, max and their ratio from one run, the one with the median
+		// ratio: medians taken separately do not divide to the median ratio.
+		var rs []bench.ContendedResult
+		for _, run := range r.Runs {
+			if x, ok := run.Contended[n][s.Name]; ok {
+				rs = append(rs, x)
+			}
+		}
+		mn, mx, fair := math.NaN(), math.NaN(), math.NaN()
+		if len(rs) > 0 {
+			slices.SortFunc(rs, func(a, b bench.ContendedResult) int { return cmp.Compare(a.Fairness, b.Fairness) })
+			m := rs[(len(rs)-1)/2]
+			mn, mx, fair = float64(m.MinPerWorker), float64(m.MaxPerWorker), m.Fairness
+		}
 		t.row(bold(s.Name, s.Lib == "dlock"),
 			bold(withRange(get(func(x bench.ContendedResult) float64 { return x.PerSec })), s.Lib == "dlock"),
 			num(get(func(x bench.ContendedResult) float64 { return ms(x.Held.P50) }).Med),
