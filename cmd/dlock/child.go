@@ -32,8 +32,10 @@ type child struct {
 	pgid int
 	// started is, when the command shares dlock's group, the processes it
 	// had started when it was last signalled: they are signalled with it,
-	// and killed at the end, since no process group holds them apart.
-	started []int
+	// and killed at the end, since no process group holds them apart. On
+	// Linux each handle holds a pidfd, so one that has exited since is not
+	// signalled even if another process got its PID.
+	started []*os.Process
 	done    chan struct{} // closed when the command has exited and been reaped
 }
 
@@ -70,12 +72,25 @@ func (c *child) signal(sig syscall.Signal) {
 	// Found before the command is signalled: once it exits, they are
 	// no longer its descendants.
 	if ds := descendants(c.cmd.Process.Pid); len(ds) > 0 {
-		c.started = ds
+		c.forget()
+		for _, pid := range ds {
+			if p, err := os.FindProcess(pid); err == nil {
+				c.started = append(c.started, p)
+			}
+		}
 	}
 	_ = c.cmd.Process.Signal(sig)
-	for _, pid := range c.started {
-		_ = syscall.Kill(pid, sig)
+	for _, p := range c.started {
+		_ = p.Signal(sig)
 	}
+}
+
+// forget lets go of the handles of the processes the command had started.
+func (c *child) forget() {
+	for _, p := range c.started {
+		_ = p.Release()
+	}
+	c.started = c.started[:0]
 }
 
 // kill sends SIGKILL to what is left of the command's own process group,
@@ -85,9 +100,10 @@ func (c *child) kill() {
 		_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
 		return
 	}
-	for _, pid := range c.started {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, p := range c.started {
+		_ = p.Signal(syscall.SIGKILL)
 	}
+	c.forget()
 }
 
 // status is the command's exit status in shell terms: 128+N if signal N

@@ -91,3 +91,70 @@ func TestLostLockAtTerminalStopsTheCommandsProcesses(t *testing.T) {
 	waitUntil(t, 5*time.Second, fmt.Sprintf("the command's background process %d to be stopped: dlock exited %d (\"the command was stopped\") and another client holds the lock now (fence %d)", pid, exitLockLost, l.Fence()),
 		func() bool { return processGone(pid) })
 }
+
+// At a terminal, the processes COMMAND started are remembered from the last
+// signal dlock passed on. One that has exited since may have given its PID
+// to an unrelated process: a lost lock must not signal that one.
+func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
+	master, slave := openPTY(t)
+	go func() { _, _ = io.Copy(io.Discard, master) }()
+	dir := t.TempDir()
+	log, pidFile, dlockPidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid"), filepath.Join(dir, "dpid")
+	const key = "review-stale-pids"
+	cmd := exec.Command("sh", "-c", `"$@"; exec sleep 1000`, "sh",
+		dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "1s", key, "--",
+		"sh", "-c", `echo $PPID > "$DPIDF"; trap 'echo usr1 >> "$LOG"' USR1; sleep 30 & echo $! > "$PIDF"; echo started >> "$LOG"; wait; wait; echo child-gone >> "$LOG"; exec sleep 1000`)
+	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile, "DPIDF="+dlockPidFile)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(fileText(log), "started\n") })
+	bg, _ := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	dpid, _ := strconv.Atoi(strings.TrimSpace(fileText(dlockPidFile)))
+	// SIGUSR1 to dlock: forwarded to the command and its child `sleep 30`
+	// (which dies of it); c.started = [bg].
+	if err := syscall.Kill(dpid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the background child to die", func() bool { return strings.Contains(fileText(log), "child-gone\n") })
+	// An unrelated process gets bg's PID (forced here via ns_last_pid; on
+	// a busy machine it happens by itself once PIDs wrap).
+	var victim *exec.Cmd
+	for i := 0; i < 200 && victim == nil; i++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(bg-1)), 0); err != nil {
+			t.Fatalf("cannot force PID reuse: %v", err)
+		}
+		c := exec.Command("sleep", "1000")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Process.Pid == bg {
+			victim = c
+		} else {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	if victim == nil {
+		t.Fatal("could not get the PID reused")
+	}
+	vdone := make(chan struct{})
+	go func() { _ = victim.Wait(); close(vdone) }()
+	t.Cleanup(func() { _ = victim.Process.Kill(); <-vdone })
+	t.Logf("unrelated process %d (sleep 1000, not started by dlock) has the PID of the command's exited child", bg)
+	// The lock is lost: dlock stops the command.
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, processTimeout, "dlock to stop the command and exit", func() bool { return processGone(dpid) })
+	select {
+	case <-vdone:
+		t.Errorf("dlock killed unrelated process %d (%v): a stale PID from an earlier SIGUSR1", bg, victim.ProcessState)
+	default:
+	}
+}

@@ -51,9 +51,15 @@ func run(ctx context.Context, addr, listen string, d time.Duration, out io.Write
 	reg := prometheus.NewRegistry()
 	prom, err := dlockprom.New(reg,
 		// Keys look like "report:daily" or "order:42": label by the part
-		// before ':', never by the whole key. (The default does the same,
-		// but puts keys without a ':' in the group "default".)
-		dlockprom.WithKeyGroup(func(key string) string { g, _, _ := strings.Cut(key, ":"); return g }))
+		// before ':', never by the whole key (as the default does; ""
+		// puts a key in the group "default").
+		dlockprom.WithKeyGroup(func(key string) string {
+			g, _, ok := strings.Cut(key, ":")
+			if !ok {
+				return ""
+			}
+			return g
+		}))
 	if err != nil {
 		return err
 	}
