@@ -66,7 +66,7 @@ func (b *bencher) warmUp(ctx context.Context, locks *dlock.Client, key string) e
 	if err != nil {
 		return err
 	}
-	return l.Unlock(ctx)
+	return unlock(ctx, l)
 }
 
 func (b *bencher) uncontendedKey(i int) string { return fmt.Sprintf("%s:u:%d", b.name, i) }
