@@ -31,10 +31,6 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
-	if !c.begin() {
-		return nil, ErrClosed
-	}
-	defer c.ops.Done()
 	cfg, err := newLockConfig(opts)
 	if err != nil {
 		return nil, err
@@ -44,7 +40,11 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	// Context (Lock(a.Context(), "b") and a is unlocked since): it is not
 	// held, so take the lock as usual.
 	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok && (h.ctx.Err() == nil || ctx.Err() != nil) {
+		if !c.begin() {
+			return nil, ErrClosed
+		}
 		l, err := c.reenter(ctx, h)
+		c.ops.Done()
 		c.reentered(ctx, h, l, err)
 		return l, err
 	}
@@ -63,8 +63,15 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
+	// Close waits for the Redis part of the call only: the Observer's
+	// callbacks may call Close themselves.
+	if !c.begin() {
+		c.acquireEnd(actx, x, &req, nil, ErrClosed)
+		return nil, ErrClosed
+	}
 	g, err := c.be.Acquire(actx, req)
 	if err != nil {
+		c.ops.Done()
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
 	}
 	h := &hold{lease: g.Lease, fence: g.Fence, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
@@ -85,9 +92,11 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		defer cancel()
 		_, _ = c.be.Release(rctx, g.Lease, 1)
 		h.cancel(err)
+		c.ops.Done()
 		c.acquireEnd(actx, x, &req, nil, err)
 		return nil, err
 	}
+	c.ops.Done()
 	c.acquireEnd(actx, x, &req, h, nil)
 	return &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}, nil
 }

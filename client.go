@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -92,7 +93,7 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
 // nothing renews them any more. Lock calls under way give up with
 // ErrClosed, and Close waits for them to leave the queue or release what
-// they got (up to 5 s each, if Redis does not answer). Calls of the
+// they got (5 s at most, if Redis does not answer). Calls of the
 // Client's methods after Close return ErrClosed; Unlock still releases a
 // lock that Close left held.
 func (c *Client) Close() error {
@@ -104,8 +105,19 @@ func (c *Client) Close() error {
 		c.dog.close()
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
-		// client is still open.
-		c.ops.Wait()
+		// client is still open; a hung Redis is not waited for longer
+		// than releaseTimeout (go-redis may not give up on its reads).
+		done := make(chan struct{})
+		go func() {
+			c.ops.Wait()
+			close(done)
+		}()
+		timer := time.NewTimer(releaseTimeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+		}
 	})
 	return nil
 }

@@ -146,9 +146,10 @@ func (b *redlock) all() []int {
 }
 
 // detachedTimeout is context.WithTimeout for requests that outlive the
-// function starting them, and the caller's cancellation: a release to a
-// slow node should still be applied after Unlock returned and its caller
-// cancelled ctx. The last request to finish calls cancel.
+// function starting them (the last request to finish calls cancel). They
+// end with the caller's cancellation: an acquisition the caller gave up
+// must not be sent after the failed attempt's release. Releases detach
+// from it themselves (Release, releaseAttempt).
 func detachedTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
+	return context.WithTimeout(ctx, d)
 }

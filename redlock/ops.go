@@ -211,8 +211,12 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 	d := data(l)
 	timeout := b.opTimeout(d.lease)
 	held := func(v int64) bool { return v >= 0 }
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return releaseScript.Run(ctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		// A release to a slow node should still be applied after Unlock
+		// returned and its caller cancelled ctx: only the deadline counts.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		return releaseScript.Run(dctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
 	}, func(rs []reply[int64]) bool {
 		v := countVotes(rs, held)
 		return v.yes >= b.quorum || v.no > len(b.nodes)-b.quorum

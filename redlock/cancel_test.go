@@ -1,0 +1,118 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// gateAcquire holds back the acquire script of key on one node, as a
+// request still waiting for a connection (or its dial) to a slow node:
+// go-redis gives such a request up when its context ends.
+type gateAcquire struct {
+	key      string
+	armed    atomic.Bool
+	held     chan struct{} // a request is being held back
+	gate     chan struct{} // closed: let it go
+	finished chan error    // the held request's outcome
+	release  bool          // hold back the release script instead
+}
+
+func (h *gateAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *gateAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *gateAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		second := lockKey(h.key) + ":fence"
+		if h.release {
+			second = lockKey(h.key) + ":wake"
+		}
+		if !h.armed.Load() || len(a) < 5 || a[0] != "evalsha" || a[3] != lockKey(h.key) || a[4] != second {
+			return next(ctx, cmd)
+		}
+		h.armed.Store(false)
+		h.held <- struct{}{}
+		var err error
+		select {
+		case <-h.gate:
+			err = next(ctx, cmd)
+		case <-ctx.Done():
+			err = ctx.Err()
+			cmd.SetErr(err)
+		}
+		h.finished <- err
+		return err
+	}
+}
+
+// A Lock whose caller gives up takes nothing: an acquire still on its way
+// to a slow node when the caller cancels is not sent after the failed
+// attempt's release (it would leave a hold nobody owns for the lease).
+func TestCancelledLockLeavesNoHold(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+	cl.rdbs[2].AddHook(h)
+	c := cl.patientLocker(t) // per-node timeout 1s
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+
+	h.armed.Store(true)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(lctx, "job")
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		errc <- err
+	}()
+	<-h.held
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock = %v, want context.Canceled", err)
+	}
+	close(h.gate) // the slow node's request goes on, if it still may
+	select {
+	case err := <-h.finished:
+		t.Logf("the held-back acquire ended with %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held-back acquire never ended")
+	}
+	if tokens := cl.rdbs[2].HKeys(ctx, lockKey("job")).Val(); len(tokens) > 0 {
+		pttl := cl.rdbs[2].PTTL(ctx, lockKey("job")).Val()
+		t.Errorf("node 2 holds %q for %v after the cancelled Lock returned: a hold nobody owns", tokens, pttl)
+	}
+}
+
+// A release still on its way to a slow node when Unlock returned is applied
+// after the caller cancels ctx.
+func TestReleaseOutlivesTheCaller(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1), release: true}
+	cl.rdbs[2].AddHook(h)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx)
+	l := mustLock(t, c, "job")
+	h.armed.Store(true)
+	uctx, cancel := context.WithCancel(ctx)
+	if err := l.Unlock(uctx); err != nil { // a majority (nodes 0, 1) answered
+		t.Fatal(err)
+	}
+	<-h.held
+	cancel()
+	close(h.gate)
+	if err := <-h.finished; err != nil {
+		t.Fatalf("the slow node's release ended with %v", err)
+	}
+	if n := cl.rdbs[2].Exists(ctx, lockKey("job")).Val(); n != 0 {
+		t.Error("node 2 still holds the lock")
+	}
+}
