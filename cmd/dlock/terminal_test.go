@@ -40,6 +40,25 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return m, s
 }
 
+// atTerminal runs sh -c script with args as an interactive shell runs a
+// command: in a new session whose controlling terminal is the
+// pseudo-terminal slave, in its foreground process group. The session's
+// leader stays until the test ends.
+func atTerminal(t *testing.T, slave *os.File, env []string, script string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sh", append([]string{"-c", script, "sh"}, args...)...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	return cmd
+}
+
 // At an interactive terminal COMMAND shares dlock's process group, yet a
 // lost lock must still stop what COMMAND started, as it does elsewhere
 // (TestRunLostLockStopsTheCommand): dlock exits 79 saying "the command was
@@ -54,18 +73,10 @@ func TestLostLockAtTerminalStopsTheCommandsProcesses(t *testing.T) {
 	// An interactive session: its leader (the shell, here a small one that
 	// stays until the test ends) runs dlock in the terminal's foreground
 	// process group, and dlock ending is not the session ending.
-	cmd := exec.Command("sh", "-c", `"$@"; echo $? > "$EXITF"; exec sleep 1000`, "sh",
+	cmd := atTerminal(t, slave, baseEnv("LOG="+log, "PIDF="+pidFile, "EXITF="+exitFile),
+		`"$@"; echo $? > "$EXITF"; exec sleep 1000`,
 		dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "2s", "lost-at-tty", "--",
 		"sh", "-c", `sleep 1000 & echo $! > "$PIDF"; echo started >> "$LOG"; wait`)
-	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile, "EXITF="+exitFile)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
 	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
 	if err != nil {
@@ -101,18 +112,10 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	dir := t.TempDir()
 	log, pidFile, dlockPidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid"), filepath.Join(dir, "dpid")
 	const key = "review-stale-pids"
-	cmd := exec.Command("sh", "-c", `"$@"; exec sleep 1000`, "sh",
+	atTerminal(t, slave, baseEnv("LOG="+log, "PIDF="+pidFile, "DPIDF="+dlockPidFile),
+		`"$@"; exec sleep 1000`,
 		dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "1s", key, "--",
 		"sh", "-c", `echo $PPID > "$DPIDF"; trap 'echo usr1 >> "$LOG"' USR1; sleep 30 & echo $! > "$PIDF"; echo started >> "$LOG"; wait; wait; echo child-gone >> "$LOG"; exec sleep 1000`)
-	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile, "DPIDF="+dlockPidFile)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(fileText(log), "started\n") })
 	bg, _ := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
 	dpid, _ := strconv.Atoi(strings.TrimSpace(fileText(dlockPidFile)))
