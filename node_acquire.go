@@ -51,9 +51,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	// another: a hand-over to us happened after it, so a lease granted by
 	// hand-over is measured from there.
 	var notHeldAt time.Time
-	// staleUpTo is the holder's fence that the last check found: a
-	// hand-over message with a fence up to it was sent before that check
-	// (fences grow), for a hold of ours that has ended since.
+	// staleUpTo is the highest holder's fence the checks found: a hand-over
+	// message with a fence up to it was sent before such a check (fences
+	// grow), for a hold of ours that has ended since.
 	var staleUpTo uint64
 	var wt *waiter
 	defer func() {
