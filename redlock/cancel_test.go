@@ -100,7 +100,7 @@ func TestReleaseOutlivesTheCaller(t *testing.T) {
 	c := cl.patientLocker(t)
 	ctx := context.Background()
 	mustLock(t, c, "warm").Unlock(ctx)
-	l := mustLock(t, c, "job")
+	l := lockEveryNode(t, cl, c, "job")
 	h.armed.Store(true)
 	uctx, cancel := context.WithCancel(ctx)
 	if err := l.Unlock(uctx); err != nil { // a majority (nodes 0, 1) answered

@@ -60,7 +60,7 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 	c := cl.patientLocker(t)
 	ctx := context.Background()
 	const ttl = 900 * time.Millisecond // renewed every 300ms
-	l := mustLock(t, c, "late-renewal", dlock.WithTTL(ttl))
+	l := lockEveryNode(t, cl, c, "late-renewal", dlock.WithTTL(ttl))
 	defer l.Unlock(ctx)
 	// The nodes have the extend script cached, as after any renewal.
 	if err := l.Extend(ctx, ttl); err != nil {
