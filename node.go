@@ -48,9 +48,12 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 		}
 	}
 	out := make([]backend.Outcome, len(rs))
+	reloaded := false
 	for i, cmd := range cmds {
 		out[i] = outcome(cmd.Int64())
-		reloadSlots(ctx, n.rdb, cmd.Err())
+		if out[i] == backend.Unknown && !reloaded {
+			reloaded = reloadSlots(ctx, n.rdb, cmd.Err()) // once per batch
+		}
 	}
 	return out
 }
@@ -61,13 +64,15 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 // and otherwise every ClusterStateReloadInterval (a minute by default):
 // after a failover, the commands it routes to the dead master's slots keep
 // going to the dead address until then. The reload is asynchronous and
-// coalesced, so one more than needed costs little.
-func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) {
+// coalesced, so one more than needed costs little. It reports whether it
+// asked.
+func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) bool {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok || err == nil || errors.As(err, new(redis.Error)) || errors.As(err, new(notSentError)) || errors.Is(err, redis.ErrClosed) {
-		return
+		return false
 	}
 	cc.ReloadState(ctx)
+	return true
 }
 
 func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, error) {
