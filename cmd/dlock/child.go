@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/spawn"
 )
 
 // forwardedSignals are passed on to the command by `run`.
@@ -47,17 +48,17 @@ func startChild(path string, argv, env []string, stdout, stderr io.Writer) (*chi
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}
 	shared := inForeground()
 	cmd.SysProcAttr = commandProcAttr(!shared)
-	if err := cmd.Start(); err != nil {
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	err := spawn.Start(cmd, func() {
+		_ = cmd.Wait() // the status is read from ProcessState
+		close(c.done)
+	})
+	if err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
 	if !shared {
 		c.pgid = cmd.Process.Pid
 	}
-	go func() {
-		_ = cmd.Wait() // the status is read from ProcessState
-		close(c.done)
-	}()
 	return c, nil
 }
 

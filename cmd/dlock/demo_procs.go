@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/spawn"
 )
 
 // eventTimeout bounds how long the demo waits for a worker's next event.
@@ -45,11 +47,7 @@ func (d *demo) spawnWorker(name, role string, args ...string) (*workerProc, erro
 	if w.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting worker %s: %w", name, err)
-	}
-	d.procs = append(d.procs, w)
-	go func() {
+	err = spawn.Start(cmd, func() {
 		defer close(w.done)
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 64<<20)
@@ -61,7 +59,11 @@ func (d *demo) spawnWorker(name, role string, args ...string) (*workerProc, erro
 		}
 		close(w.events)
 		_ = cmd.Wait() // after stdout is drained, as os/exec requires
-	}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting worker %s: %w", name, err)
+	}
+	d.procs = append(d.procs, w)
 	return w, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/spawn"
 )
 
 const (
@@ -107,16 +109,15 @@ func launch(ctx context.Context, bin, dir string, opts Options) (*Server, error)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = opts.SysProcAttr
-	err = cmd.Start()
+	s := &Server{cmd: cmd, dir: dir, port: port, done: make(chan struct{})}
+	err = spawn.Start(cmd, func() {
+		_ = cmd.Wait()
+		close(s.done)
+	})
 	_ = logf.Close() // the child has its own descriptor
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, dir: dir, port: port, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
 	if err := s.waitReady(ctx, logPath, opts.Password); err != nil {
 		s.kill()
 		return nil, err

@@ -4,9 +4,8 @@ import "syscall"
 
 // sysProcAttr makes the kernel SIGKILL the child if the test binary dies
 // without running cleanups (test timeout panic, os.Exit, SIGKILL), so no
-// orphaned redis-server keeps running. Pdeathsig fires when the forking OS
-// thread exits; Go only exits threads whose goroutine was locked with
-// LockOSThread, which the harness never does.
+// orphaned redis-server keeps running. (redisserver starts it through
+// spawn, so the thread that forked it does not exit before it.)
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
