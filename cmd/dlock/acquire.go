@@ -60,7 +60,9 @@ func interrupted(err error, format string, args ...any) error {
 func (a *app) acquire(ctx context.Context, c *conn, f runFlags, key string) (*dlock.Lock, error) {
 	opts := []dlock.LockOption{dlock.WithTTL(a.conn.ttl), dlock.WithMetadata(f.meta)}
 	if f.maxHold > 0 {
-		opts = append(opts, dlock.WithMaxHold(f.maxHold))
+		// supervise stops COMMAND when --max-hold passes; the lock is
+		// renewed while COMMAND has its --grace to exit, and no longer.
+		opts = append(opts, dlock.WithMaxHold(f.maxHold+f.grace))
 	}
 	if f.wait > 0 {
 		var stop context.CancelFunc

@@ -121,13 +121,28 @@ func (c *child) status() int {
 }
 
 // supervise waits for the command to exit, forwarding signals to it, and
-// stops it if the lock is lost: SIGTERM, then SIGKILL after grace. It
-// returns the cause of the loss, or nil if the lock was still held when the
-// command exited.
-func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace time.Duration) error {
+// stops it if the lock is lost or maxHold (if positive) passes: SIGTERM,
+// then SIGKILL after grace. It returns the cause of the stop (errMaxHold
+// for maxHold), or nil if the lock was still held when the command exited.
+func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, maxHold time.Duration) error {
 	lockDone := l.Done()
 	var lost error
-	var graceC <-chan time.Time
+	var graceC, holdC <-chan time.Time
+	if maxHold > 0 {
+		t := time.NewTimer(maxHold)
+		defer t.Stop()
+		holdC = t.C
+	}
+	graceTimer := time.NewTimer(grace)
+	graceTimer.Stop()
+	defer graceTimer.Stop()
+	stop := func(cause error, what string) {
+		lost, lockDone, holdC = cause, nil, nil
+		fmt.Fprintf(a.stderr, "dlock: %s: sending SIGTERM to the command, SIGKILL in %v\n", what, grace)
+		ch.signal(syscall.SIGTERM)
+		graceTimer.Reset(grace)
+		graceC = graceTimer.C
+	}
 	for {
 		select {
 		case <-ch.done:
@@ -139,17 +154,13 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace t
 			}
 			ch.signal(sig)
 		case <-lockDone:
-			lockDone = nil
-			lost = context.Cause(l.Context())
-			if lost == nil || errors.Is(lost, dlock.ErrReleased) {
-				lost = dlock.ErrLockLost
+			cause := context.Cause(l.Context())
+			if cause == nil || errors.Is(cause, dlock.ErrReleased) {
+				cause = dlock.ErrLockLost
 			}
-			fmt.Fprintf(a.stderr, "dlock: lost the lock %q (%s): sending SIGTERM to the command, SIGKILL in %v\n",
-				l.Key(), a.errorLine(lost), grace)
-			ch.signal(syscall.SIGTERM)
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			graceC = t.C
+			stop(cause, fmt.Sprintf("lost the lock %q (%s)", l.Key(), a.errorLine(cause)))
+		case <-holdC:
+			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for lock %q", maxHold, l.Key()))
 		case <-graceC:
 			graceC = nil
 			fmt.Fprintf(a.stderr, "dlock: the command did not exit within --grace %v: sending SIGKILL\n", grace)

@@ -35,7 +35,9 @@ func (c *child) status() int { return 0 }
 
 func (c *child) kill() {}
 
-func (a *app) supervise(*child, *dlock.Lock, <-chan os.Signal, time.Duration) error { return nil }
+func (a *app) supervise(*child, *dlock.Lock, <-chan os.Signal, time.Duration, time.Duration) error {
+	return nil
+}
 
 func (a *app) demoCmd() *cobra.Command  { return needsUnixCmd("demo") }
 func (a *app) benchCmd() *cobra.Command { return needsUnixCmd("bench") }

@@ -51,8 +51,10 @@ resource reject a fence smaller than the largest it has seen: that stops a
 holder that paused past its lease.
 
 If the lock is lost while COMMAND runs (a renewal finds another owner, Redis
-cannot be reached for a whole lease, or --max-hold passes), COMMAND's process
+cannot be reached for a whole lease), or --max-hold passes, COMMAND's process
 group gets SIGTERM, then SIGKILL after --grace, and dlock exits with status 79.
+After --max-hold the lock is renewed during the grace period and released once
+COMMAND is gone.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to COMMAND's process group; dlock releases the lock once COMMAND has
@@ -88,7 +90,7 @@ Redis unreachable.`,
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (status 75) if the lock is held")
 	fs.DurationVar(&f.wait, "wait", 0, "give up waiting after this long (status 75); 0 waits as long as it takes")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
-	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long, so a hung COMMAND cannot keep the lock forever; 0 for no limit")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop COMMAND (as for a lost lock, status 79) and release the lock after this long, so a hung COMMAND cannot keep it forever; 0 for no limit")
 	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
 	return cmd
 }
@@ -177,10 +179,14 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 		a.unlock(l)
 		return exitf(126, "%s: cannot run: %v", argv[0], err)
 	}
-	lost := a.supervise(ch, l, sigs, f.grace)
+	lost := a.supervise(ch, l, sigs, f.grace, f.maxHold)
 	status := ch.status()
 	if lost != nil {
 		ch.kill() // whatever is left of its process group works without the lock
+		if errors.Is(lost, errMaxHold) {
+			a.unlock(l) // still ours: renewed through --grace (see acquire)
+			return exitf(exitLockLost, "lock %q: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", key, f.maxHold, status)
+		}
 		return exitf(exitLockLost, "lock %q was lost while the command ran (%v); the command was stopped (its status: %d)", key, lost, status)
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -196,6 +202,9 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	}
 	return nil
 }
+
+// errMaxHold is the cause of a stop when --max-hold passes.
+var errMaxHold = errors.New("--max-hold passed")
 
 // unlock releases l on the way out of a failure, best effort.
 func (a *app) unlock(l *dlock.Lock) {

@@ -307,3 +307,58 @@ func TestRunLostLockWhenRedisUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestRunMaxHoldStopsCommand: --max-hold bounds how long COMMAND runs
+// under the lock. When it passes, COMMAND is stopped as for a lost lock
+// (status 79), well before the lease it was last granted runs out, and the
+// lock is free for the next holder when dlock exits.
+func TestRunMaxHoldStopsCommand(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	began := time.Now()
+	p := start(t, baseEnv("LOG="+log), "--redis", sharedURL(), "--ttl", "20s",
+		"run", "--max-hold", "300ms", "--grace", "5s", "maxhold", "--", "sh", "-c", `echo started >> "$LOG"; exec sleep 1000`)
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("COMMAND was stopped %v after the start with --max-hold 300ms (the --ttl 20s lease ran out first)", took.Round(time.Millisecond))
+	}
+	if fileText(log) != "started\n" {
+		t.Errorf("the command did not start")
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), "maxhold"); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
+
+// TestRunMaxHoldKeepsLockDuringGrace: after --max-hold, COMMAND runs on
+// for up to --grace, so the lock must stay dlock's until COMMAND is gone,
+// although that is longer than the lease: renewal goes on through the
+// grace period.
+func TestRunMaxHoldKeepsLockDuringGrace(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	const ttl, maxHold = 500 * time.Millisecond, 200 * time.Millisecond
+	// The command ignores SIGTERM, so it is SIGKILLed when --grace ends.
+	script := `trap 'echo TERM >> "$LOG"' TERM
+echo started >> "$LOG"
+while :; do sleep 0.05; done`
+	began := time.Now()
+	p := start(t, baseEnv("LOG="+log), "--redis", sharedURL(), "--ttl", ttl.String(),
+		"run", "--max-hold", maxHold.String(), "--grace", "3s", "graced", "--", "sh", "-c", script)
+	waitUntil(t, 10*time.Second, "SIGTERM at --max-hold", func() bool { return fileText(log) == "started\nTERM\n" })
+	// Time is the subject here: past the longest lease granted before
+	// --max-hold (taken at most maxHold after the start, lasting ttl),
+	// the lock is still held only if it was renewed since.
+	time.Sleep(time.Until(began.Add(maxHold + 2*ttl)))
+	if info := inspect(t, lockClient(t, shared.Addr()), "graced"); !info.Held {
+		t.Errorf("lock free during --grace, while COMMAND still runs: %+v", info)
+	}
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), "graced"); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
