@@ -56,6 +56,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 			info.Fence, _ = strconv.ParseUint(v, 10, 64)
 		case ":meta":
 			_ = json.Unmarshal([]byte(v), &info.Holder)
+		case ":ext": // the last Extend's number (lua/extend.lua)
 		case ":at":
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 				info.AcquiredAt = time.UnixMilli(ms)

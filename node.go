@@ -102,7 +102,7 @@ func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) 
 	if n.ack != nil {
 		return n.extendAcked(ctx, l, ttl)
 	}
-	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, backend.Millis(ttl)).Int64()
+	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, backend.Millis(ttl), l.NextExtend()).Int64()
 	return outcome(v, err), err
 }
 

@@ -545,7 +545,8 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 		g, err = a.grant(fence, since, ttl)
 		return g, true, err
 	}
-	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL)}}
+	// The same lease from later: a renewal's lengthening does it.
+	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL), backend.Lengthen}}
 	set := time.Now()
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
@@ -568,7 +569,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 // extension the replicas did not acknowledge returns Held with an error, so
 // that the lock keeps trusting only its previous lease.
 func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
-	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, backend.Millis(ttl)}}
+	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, backend.Millis(ttl), l.NextExtend()}}
 	n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
 	o := outcome(v, err)

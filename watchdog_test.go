@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // The watchdog's renewals run beside the caller's Extend and Unlock. These
@@ -255,6 +258,57 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 	}
 	if trusted := time.Until(c.dog.deadline(l.h)); pttl < trusted {
 		t.Errorf("after a late renewal Redis keeps the lock %v, the holder trusts it %v", pttl, trusted.Round(time.Millisecond))
+	}
+}
+
+// heldBack fails the first command of a script sent once armed, before it
+// reaches Redis, and hands it to the test, which sends it later: a request
+// its client gave up on that reaches Redis afterwards.
+type heldBack struct {
+	testutil.PassHook
+	sha   string
+	armed atomic.Bool
+	held  chan []any
+}
+
+func (h *heldBack) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+			h.held <- a
+			err := errors.New("i/o timeout")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An Extend its client gave up on may reach Redis after a later Extend
+// succeeded. It must not undo that one: the holder trusts the later lease,
+// and a shorter one in Redis would let another client in meanwhile.
+func TestLateExtendDoesNotUndoLaterExtend(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	h := &heldBack{sha: extendScript.Hash(), held: make(chan []any, 1)}
+	c, rdb := hookedClient(t, srv.Addr(), h)
+	l := mustLock(t, c, "late-extend", WithTTL(time.Minute))
+	defer l.Unlock(ctx)
+	h.armed.Store(true)
+	if err := l.Extend(ctx, 300*time.Millisecond); err == nil {
+		t.Fatal("the held-back Extend succeeded")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, (<-h.held)...).Err(); err != nil { // it arrives now
+		t.Fatal(err)
+	}
+	pttl, err := rdb.PTTL(ctx, leaseKeys(l.h.lease).lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trusted := time.Until(c.dog.deadline(l.h)); pttl < trusted {
+		t.Errorf("after a late Extend Redis keeps the lock %v, the holder trusts it %v", pttl, trusted.Round(time.Millisecond))
 	}
 }
 

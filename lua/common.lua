@@ -2,6 +2,7 @@
 -- includes this file is called with the same five keys, which share one
 -- Redis Cluster hash tag:
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
+--           (and ':ext', see extend.lua)
 --   KEYS[2] fence counter: the last fencing token issued for the lock,
 --           for FENCE_RETENTION_MS from its creation
 --   KEYS[3] queue: sorted set of waiting tokens, scored by arrival

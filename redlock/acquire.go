@@ -189,7 +189,15 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	timeout := b.acquireTimeout(r.TTL)
 	n, q := len(b.nodes), b.quorum
 	lease := backend.Millis(r.TTL)
+	// The requests to the nodes not waited for go on; they are cancelled
+	// before this attempt's holds are released (at once if it fails, else
+	// by Release), so that none still waiting to be sent goes out after the
+	// release and leaves a hold nobody owns.
+	actx, stopAcquire := context.WithCancel(context.Background())
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (acquireReply, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(actx, cancel)()
 		v, err := acquireScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, lease, r.Meta).Slice()
 		if err != nil {
 			return acquireReply{}, err
@@ -240,7 +248,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		} else {
 			stored, ferrs := b.storeFence(ctx, k, token, fence, granted, timeout)
 			if stored >= q && validity() > 0 {
-				l := &backend.Lease{Key: r.Key, Token: token, Data: &lockData{keys: k, lease: r.TTL}}
+				l := &backend.Lease{Key: r.Key, Token: token, Data: &lockData{keys: k, lease: r.TTL, stopAcquire: stopAcquire}}
 				return tryResult{grant: backend.Grant{Lease: l, Fence: fence, Start: start, TTL: r.TTL}}
 			}
 			detail = fmt.Sprintf("the fence was stored on %d nodes only", stored)
@@ -266,6 +274,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 			majorityOwner = true
 		}
 	}
+	stopAcquire()
 	var mayHold []int
 	for i, rp := range rs {
 		if !rp.ok() || rp.val.granted {

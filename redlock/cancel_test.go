@@ -116,3 +116,31 @@ func TestReleaseOutlivesTheCaller(t *testing.T) {
 		t.Error("node 2 still holds the lock")
 	}
 }
+
+// An acquire request to a slow node that the attempt stopped waiting for
+// (a majority had already granted the lock) must not be sent after the
+// lock's release: it would leave a hold nobody owns, renews or releases, for
+// the whole lease (as TestCancelledLockLeavesNoHold, but after a success).
+func TestLateAcquireAfterUnlockLeavesNoHold(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+	cl.rdbs[2].AddHook(h)
+	c := cl.patientLocker(t) // per-node timeout 1s
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+
+	h.armed.Store(true)
+	l := mustLock(t, c, "job") // nodes 0 and 1 grant it; node 2's request is held back
+	<-h.held
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(h.gate) // the slow node's request goes on, if it still may
+	if err := <-h.finished; err == nil {
+		t.Logf("the held-back acquire was sent after Unlock returned")
+	}
+	if tokens := cl.rdbs[2].HKeys(ctx, lockKey("job")).Val(); len(tokens) > 0 {
+		pttl := cl.rdbs[2].PTTL(ctx, lockKey("job")).Val()
+		t.Errorf("node 2 holds %q for %v after Unlock returned: a hold nobody owns", tokens, pttl)
+	}
+}

@@ -52,11 +52,13 @@ func (b *redlock) outcome(v votes) backend.Outcome {
 // lost when more than a minority no longer hold it; else Unknown, and the
 // Client's watchdog declares it lost when its validity ends.
 func (b *redlock) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
-	out, _ := b.renew(ctx, rs)
+	out, _ := b.renew(ctx, rs, backend.Lengthen)
 	return out
 }
 
-func (b *redlock) renew(ctx context.Context, rs []backend.Renewal) ([]backend.Outcome, []reply[[]int64]) {
+// renew resets each lease on every node; mode is backend.Lengthen for the
+// watchdog's renewals, or an Extend's number (lua/extend.lua).
+func (b *redlock) renew(ctx context.Context, rs []backend.Renewal, mode string) ([]backend.Outcome, []reply[[]int64]) {
 	out := make([]backend.Outcome, len(rs))
 	if len(rs) == 0 {
 		return out, nil
@@ -67,7 +69,7 @@ func (b *redlock) renew(ctx context.Context, rs []backend.Renewal) ([]backend.Ou
 	}
 	timeout := b.opTimeout(shortest)
 	replies := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) ([]int64, error) {
-		return renewOn(ctx, rdb, rs)
+		return renewOn(ctx, rdb, rs, mode)
 	}, func(replies []reply[[]int64]) bool {
 		for j := range rs {
 			if b.outcome(renewVotes(replies, j)) == backend.Unknown {
@@ -101,12 +103,12 @@ func renewVotes(replies []reply[[]int64], j int) votes {
 // renewOn runs extend.lua for every renewal on one node in one pipeline.
 // Each value is 1 (extended), 0 (not held there) or -1 (that command
 // failed); the error is set when no command got an answer.
-func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewal) ([]int64, error) {
+func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewal, mode string) ([]int64, error) {
 	run := func() ([]*redis.Cmd, error) {
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(rs))
 		for i, r := range rs {
-			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL), mode)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err
@@ -141,7 +143,7 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 
 // Extend resets one lease to ttl on every node; it needs a majority.
 func (b *redlock) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
-	out, replies := b.renew(ctx, []backend.Renewal{{Lease: l, TTL: ttl}})
+	out, replies := b.renew(ctx, []backend.Renewal{{Lease: l, TTL: ttl}}, l.NextExtend())
 	if out[0] != backend.Unknown {
 		return out[0], nil
 	}
@@ -209,6 +211,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 // too few nodes answered to tell.
 func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	d := data(l)
+	d.stopAcquire()
 	timeout := b.opTimeout(d.lease)
 	held := func(v int64) bool { return v >= 0 }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {

@@ -276,6 +276,9 @@ func (b *redlock) keys(key string) keys {
 type lockData struct {
 	keys  keys
 	lease time.Duration // the lease at acquisition: sizes the timeouts
+	// stopAcquire cancels the acquire requests still on their way to the
+	// nodes the acquisition did not wait for: Release calls it first.
+	stopAcquire context.CancelFunc
 }
 
 func data(l *backend.Lease) *lockData { return l.Data.(*lockData) }

@@ -95,3 +95,79 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 		}
 	}
 }
+
+// Extend resets the lease to ttl from now (dlock.Lock.Extend's contract,
+// and what the single-node backend does): an Extend to a shorter lease
+// must shorten it on the nodes, not only the holder's trust.
+func TestExtendToShorterLease(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	other := cl.patientLocker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "shorten", dlock.WithTTL(20*time.Second), dlock.WithoutRenewal())
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Extend returns at a majority; the last node's reply may follow.
+	waitUntil(t, 500*time.Millisecond, "a lease of at most 1s on every node after Extend(1s)", func() bool {
+		for _, rdb := range cl.rdbs {
+			if pttl := rdb.PTTL(ctx, lockKey("shorten")).Val(); pttl > time.Second {
+				return false
+			}
+		}
+		return true
+	})
+	if ttl, err := l.TTL(ctx); err != nil || ttl > time.Second {
+		t.Errorf("TTL() after Extend(1s) = %v, %v", ttl, err)
+	}
+	// The holder stops trusting the lock about 1s from now; the nodes must
+	// let it go soon after, not 20s after the grant.
+	<-l.Done()
+	if !errors.Is(context.Cause(l.Context()), dlock.ErrLockLost) {
+		t.Fatalf("cause = %v", context.Cause(l.Context()))
+	}
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	o, err := other.Lock(tctx, "shorten", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("another Client cannot take the lock 3s after its holder's 1s lease ended: %v", err)
+	}
+	_ = o.Unlock(ctx)
+}
+
+// A straggler of an earlier Extend to
+// a shorter lease, reaching a node after a later Extend, must not cut the
+// later one short there.
+func TestLateExtendDoesNotUndoLaterExtend(t *testing.T) {
+	cl := startCluster(t, 3)
+	seen := make(chan struct{}, 1)
+	h := &lateRenewals{seen: seen}
+	cl.rdbs[2].AddHook(h)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "late-extend", dlock.WithoutRenewal())
+	defer l.Unlock(ctx)
+	h.armed.Store(true)
+	if err := l.Extend(ctx, 2*time.Second); err != nil { // nodes 0 and 1 answer
+		t.Fatal(err)
+	}
+	<-seen
+	h.armed.Store(false)
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Second, "Extend(1m) on node 2", func() bool {
+		return cl.rdbs[2].PTTL(ctx, lockKey("late-extend")).Val() > 30*time.Second
+	})
+	h.mu.Lock()
+	late := h.held
+	h.mu.Unlock()
+	for _, args := range late {
+		if err := cl.rdbs[2].Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pttl := cl.rdbs[2].PTTL(ctx, lockKey("late-extend")).Val(); pttl < 30*time.Second {
+		t.Errorf("node 2: a late Extend(2s) cut the lease to %v after Extend(1m)", pttl)
+	}
+}

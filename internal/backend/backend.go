@@ -12,6 +12,8 @@ package backend
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,7 +72,15 @@ type Lease struct {
 	Key   string
 	Token string
 	Data  any // the backend's own per-lock data
+
+	extends atomic.Uint64 // the number of the last Extend (NextExtend)
 }
+
+// NextExtend numbers an Extend of the lease, for the extend scripts: they
+// apply an Extend only if its number is above the last one applied to the
+// lock, so that one reaching Redis late (its client gave up waiting for
+// it) cannot undo a later one, which the holder trusts.
+func (l *Lease) NextExtend() string { return strconv.FormatUint(l.extends.Add(1), 10) }
 
 // Renewal asks for one lease to be reset to TTL.
 type Renewal struct {
@@ -78,9 +88,10 @@ type Renewal struct {
 	TTL   time.Duration
 }
 
-// Lengthen is the extend scripts' mode argument for a renewal: it only
-// ever lengthens a lease, so that one reaching Redis late (its client gave
-// up on it) cannot cut short a longer lease an Extend set meanwhile.
+// Lengthen is the extend scripts' mode argument for a renewal, in place of
+// an Extend's number: it only ever lengthens a lease, so that one reaching
+// Redis late (its client gave up on it) cannot cut short a longer lease an
+// Extend set meanwhile.
 const Lengthen = "renew"
 
 // Outcome says what a renewal, extension or TTL read found.

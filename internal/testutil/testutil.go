@@ -69,3 +69,18 @@ func findLeaks() error {
 		}
 	}
 }
+
+// PassHook is a go-redis hook that passes everything through. A test's hook
+// embeds it and overrides only the stage it watches.
+type PassHook struct{}
+
+// DialHook passes dials through.
+func (PassHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook passes commands through.
+func (PassHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook passes pipelines through.
+func (PassHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
