@@ -38,19 +38,22 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := n.keys(key)
-	pipe := n.rdb.Pipeline()
-	all := pipe.HGetAll(ctx, k.lock)
-	pttl := pipe.PTTL(ctx, k.lock)
-	fence := pipe.Get(ctx, k.fence)
-	entries := pipe.HVals(ctx, k.waiters)
-	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	v, err := inspectScript.Run(ctx, n.rdb, n.keys(key).all()).Slice()
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("inspect script replied %v", v)
+	}
+	if err != nil {
 		return nil, redisError("inspect", key, err)
 	}
-	info := &LockInfo{Key: key, Waiters: liveWaiters(entries.Val(), now.Val())}
-	info.Fence, _ = strconv.ParseUint(fence.Val(), 10, 64)
-	for field, v := range all.Val() {
+	hash, _ := v[0].([]any)
+	pttl, _ := v[1].(int64)
+	fence, _ := v[2].(string)
+	waiters, _ := v[3].(int64)
+	info := &LockInfo{Key: key, Waiters: waiters}
+	info.Fence, _ = strconv.ParseUint(fence, 10, 64)
+	for i := 0; i+1 < len(hash); i += 2 {
+		field, _ := hash[i].(string)
+		v, _ := hash[i+1].(string)
 		switch field {
 		case ":fence":
 			info.Fence, _ = strconv.ParseUint(v, 10, 64)
@@ -67,24 +70,10 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 			info.Held = true
 		}
 	}
-	if info.Held && pttl.Val() > 0 {
-		info.TTL = pttl.Val()
+	if info.Held && pttl > 0 {
+		info.TTL = time.Duration(pttl) * time.Millisecond
 	}
 	return info, nil
-}
-
-// liveWaiters counts the queue entries ("deadline_ms lease client meta")
-// that have not expired by the server's clock: a waiter that died keeps
-// its entry until the next hand-over drops it, but it is not waiting.
-func liveWaiters(entries []string, now time.Time) int64 {
-	var n int64
-	for _, e := range entries {
-		deadline, _, _ := strings.Cut(e, " ")
-		if ms, err := strconv.ParseInt(deadline, 10, 64); err == nil && ms > now.UnixMilli() {
-			n++
-		}
-	}
-	return n
 }
 
 // ForceRelease removes a lock whoever holds it, for an operator clearing a

@@ -825,3 +825,43 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster, replica *redistest
 		return err == nil
 	})
 }
+
+// Inspect reads one lock, which lives on one master of a cluster. It must
+// not need any other master: with an unrelated master hung (SIGSTOP, well
+// within cluster-node-timeout, so the cluster is still ok and the key's
+// master serves it), every Inspect of the key must succeed. Inspect also
+// compares the waiters' deadlines, written by the key's master's clock, with
+// the TIME it reads, which must come from that same master.
+func TestInspectOnClusterReadsOnlyTheKeysMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	c := newClientOn(t, cc)
+	ctx := context.Background()
+	const key = "inspect-me"
+	l := mustLock(t, c, key)
+	defer l.Unlock(ctx)
+	if _, err := c.Inspect(ctx, key); err != nil { // warm up every node's pool
+		t.Fatal(err)
+	}
+	owner := masterOf(t, cc, c, key)
+	var hung *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Addr() != owner {
+			hung = n
+			break
+		}
+	}
+	hung.Pause(t)
+	t.Cleanup(func() { hung.Resume(t) })
+	// go-redis sends a keyless command (TIME) to the masters in turn: three
+	// calls reach each of them once.
+	for i := 0; i < 3; i++ {
+		ictx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		info, err := c.Inspect(ictx, key)
+		cancel()
+		if err != nil || !info.Held || info.Owner != l.Token() {
+			t.Fatalf("Inspect #%d with an unrelated master (%s) hung; the key's master is %s: %+v, %v", i+1, hung.Addr(), owner, info, err)
+		}
+	}
+}

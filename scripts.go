@@ -22,6 +22,7 @@ var (
 	extendScript       = loadScript("extend", false)
 	reenterScript      = loadScript("reenter", false)
 	ttlScript          = loadScript("ttl", false)
+	inspectScript      = loadScript("inspect", false)
 )
 
 // evalCall is a script sent as EVALSHA with arguments built by hand: its

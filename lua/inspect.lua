@@ -1,0 +1,13 @@
+-- inspect: a lock's state for operators, read at once on the server that
+-- holds it: the waiters' deadlines were written by that server's clock.
+-- KEYS as in common.lua (1 lock hash, 2 fence counter, 4 waiters).
+-- Returns {the lock hash as field, value, ...; its pttl; the fence counter,
+-- or '' if none; the number of waiters whose entries have not expired}.
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = 0
+for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
+  local deadline = tonumber(string.match(entry, '^(%d+) '))
+  if deadline and deadline > now_ms then live = live + 1 end
+end
+return {redis.call('HGETALL', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', live}
