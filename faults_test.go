@@ -265,9 +265,10 @@ func TestWrongTypeKey(t *testing.T) {
 	}
 }
 
-// A fence counter that is not a number (written by hand) starts again from
-// the server clock, the floor that covers a lost counter, also when the
-// grant is a hand-over, which must not stop half done.
+// A fence counter that is not a number (written by hand), or not even a
+// string, starts again from the server clock, the floor that covers a lost
+// counter, when the grant is a hand-over, which must not stop half done
+// (the release has deleted the lock and popped the waiter by then).
 func TestCorruptFenceCounter(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
@@ -291,8 +292,13 @@ func TestCorruptFenceCounter(t *testing.T) {
 		}
 	}
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "corrupt") == 1 })
-	for _, bad := range []string{"x", "inf", "1e300"} {
-		rdb.Set(ctx, k.fence, bad, 0)
+	for _, bad := range []string{"x", "inf", "1e300", "a list"} {
+		if bad == "a list" {
+			rdb.Del(ctx, k.fence)
+			rdb.LPush(ctx, k.fence, "x")
+		} else {
+			rdb.Set(ctx, k.fence, bad, 0)
+		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatalf("counter %q: Unlock = %v", bad, err)
 		}

@@ -34,20 +34,29 @@ local function inc(n)
 end
 
 -- grant makes token the holder with one hold and a fresh fencing token,
--- returned as a decimal string (exact beyond 2^53).
+-- returned as a decimal string (exact beyond 2^53). handing is true for a
+-- hand-over, which has already popped the waiter (and, in a release,
+-- deleted the lock): it must not fail half way.
 -- The fence is max(last + 1, server time in microseconds): it increases
 -- even if the counter is lost (a failover that dropped the last writes, or
 -- its expiry), as long as the server clock does not jump back further than
 -- that.
-local function grant(token, lease, meta, now_ms, now_us)
+local function grant(token, lease, meta, now_ms, now_us, handing)
   -- One round of the counter in the common case: the clock has moved on
   -- since the last grant, so the new fence is the time, and SET ... GET
   -- returns the last one to check that. KEEPTTL leaves the expiry alone
   -- (rewriting it on every grant costs more than the rest of the SET).
   -- A counter of the wrong type (an operator's mistake) fails the script
-  -- here; when a free lock is being taken, nothing has been written yet.
+  -- here when a free lock is being taken: nothing has been written yet. A
+  -- hand-over cannot stop (Redis does not roll a script back): it replaces
+  -- the counter, which starts again from the clock, as a corrupt one does.
   local fence = string.format('%.0f', now_us)
-  local raw = redis.call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
+  local call = handing and redis.pcall or redis.call
+  local raw = call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
+  if type(raw) == 'table' then -- pcall's error: SET ... GET gives a string or false
+    redis.call('SET', KEYS[2], fence)
+    raw = false
+  end
   local last = raw and tonumber(raw)
   if last and last >= 2^53 and string.match(raw, '^[1-9]%d*$')
       and (#raw < 19 or (#raw == 19 and raw < '9223372036854775807')) then
@@ -127,7 +136,7 @@ local function hand_over(now_ms, now_us)
     local lease, meta, client = waiter(head, now_ms)
     redis.call('HDEL', KEYS[4], head)
     if lease then
-      local fence = grant(head, lease, meta, now_ms, now_us)
+      local fence = grant(head, lease, meta, now_ms, now_us, true)
       local msg = head .. ' ' .. fence
       local channel = KEYS[5] .. ':' .. client
       -- Sharded pub/sub keeps the message on the lock's shard; servers
