@@ -92,6 +92,9 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 			// go-redis then sends no pipeline at all, and reports no error.
 			return usagef("invalid Redis URL %s: max_retries %d must be -1 (no retries) or more", redactURL(raw), o.MaxRetries)
 		}
+		if len(f.cluster) > 0 && o.DB != 0 {
+			return usagef("invalid Redis URL %s: database %d: Redis Cluster has database 0 only", redactURL(raw), o.DB)
+		}
 	}
 	return nil
 }
@@ -130,6 +133,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 			ReadTimeout:  o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout,
 			PoolSize:     o.PoolSize,
+			MaxRetries:   o.MaxRetries,
 		}), "Redis Cluster " + strings.Join(f.cluster, ","), nil
 	case f.sentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
@@ -144,6 +148,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 			ReadTimeout:      o.ReadTimeout,
 			WriteTimeout:     o.WriteTimeout,
 			PoolSize:         o.PoolSize,
+			MaxRetries:       o.MaxRetries,
 		}), fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ",")), nil
 	default:
 		desc := o.Addr

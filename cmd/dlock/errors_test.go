@@ -31,6 +31,7 @@ func TestBadInput(t *testing.T) {
 		{"bad database", nil, []string{"--redis", "redis://:" + secret + "@localhost/x", "list"}, exitUsage, `invalid database number: "x"`},
 		// go-redis parses it, then panics making the pool.
 		{"negative pool size", nil, []string{"--redis", "redis://:" + secret + "@localhost?pool_size=-1", "run", "k", "--", "true"}, exitUsage, "pool_size -1 must not be negative"},
+		{"database with --cluster", nil, []string{"--redis", "redis://localhost/2", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "database 2: Redis Cluster has database 0 only"},
 		{"negative pool size with --cluster", nil, []string{"--redis", "redis://?pool_size=-1", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "pool_size -1 must not be negative"},
 		// go-redis parses it, then sends no pipeline at all and says nothing.
 		{"max retries below -1", nil, []string{"--redis", "redis://:" + secret + "@localhost?max_retries=-2", "inspect", "k"}, exitUsage, "max_retries -2 must be -1 (no retries) or more"},
