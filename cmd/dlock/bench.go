@@ -3,12 +3,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,7 +83,7 @@ of the dlock repository.`,
 }
 
 func (a *app) bench(f benchFlags) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := interruptContext()
 	defer stop()
 	if f.private {
 		srv, err := startPrivateServer(ctx)

@@ -55,7 +55,7 @@ type contendedResult struct {
 // fail turns an error that stopped the bench into its exit error.
 func (b *bencher) fail(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return exitf(130, "bench interrupted")
+		return interrupted(context.Cause(ctx), "bench")
 	}
 	return redisFailure(err)
 }

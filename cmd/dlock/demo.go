@@ -8,9 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -81,7 +79,7 @@ type demo struct {
 }
 
 func (a *app) demo(f demoFlags) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := interruptContext()
 	defer stop()
 	exe, err := executable()
 	if err != nil {
@@ -142,7 +140,7 @@ func (d *demo) check(ok bool, what string) {
 // abort turns an error that stopped the demo into its exit error.
 func (d *demo) abort(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return exitf(130, "demo interrupted")
+		return interrupted(context.Cause(ctx), "demo")
 	}
 	if _, ok := err.(*exitError); ok {
 		return err

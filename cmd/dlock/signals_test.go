@@ -64,6 +64,9 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			code := p.wait(t)
+			if code != 128+int(sig) {
+				t.Errorf("exit status %d after %v, want %d", code, sig, 128+int(sig))
+			}
 			if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
 				t.Errorf("after %v (exit status %d) the demo left keys behind: %q\nstderr: %s", sig, code, keys, p.stderr.String())
 			}
