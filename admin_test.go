@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func TestInspect(t *testing.T) {
@@ -142,15 +143,12 @@ func TestListPrefixIsLiteral(t *testing.T) {
 // SCAN may then return a key it returned before ("A given element may be
 // returned multiple times", in Redis' SCAN documentation).
 type shrinkAfterFirstScan struct {
+	testutil.PassHook
 	admin  *redis.Client
 	filler []string
 	done   atomic.Bool
 }
 
-func (h *shrinkAfterFirstScan) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *shrinkAfterFirstScan) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *shrinkAfterFirstScan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)

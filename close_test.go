@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // closeOnNotObtained closes its Client when an acquisition is refused, as
@@ -58,11 +59,11 @@ func TestCloseFromAcquireEndObserver(t *testing.T) {
 
 // sentHook reports the first script sent once armed.
 type sentHook struct {
+	testutil.PassHook
 	armed atomic.Bool
 	sent  chan struct{}
 }
 
-func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.armed.Load() && cmd.Name() == "evalsha" {
@@ -73,9 +74,6 @@ func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // Close waits for the Lock calls under way for 5 s at most, even when

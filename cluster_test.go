@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // TestCluster runs every primitive through a go-redis ClusterClient on a
@@ -265,7 +266,7 @@ type pipelineCounter struct {
 	evalshas  map[string]int
 }
 
-func (p *pipelineCounter) hook(addr string) redis.Hook { return counterHook{p, addr} }
+func (p *pipelineCounter) hook(addr string) redis.Hook { return counterHook{p: p, addr: addr} }
 
 func (p *pipelineCounter) totals() (pipelines, evalshas int, nodes int) {
 	p.mu.Lock()
@@ -280,12 +281,11 @@ func (p *pipelineCounter) totals() (pipelines, evalshas int, nodes int) {
 }
 
 type counterHook struct {
+	testutil.PassHook
 	p    *pipelineCounter
 	addr string
 }
 
-func (h counterHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.p.mu.Lock()
@@ -443,7 +443,7 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 	hang := make(chan struct{})
 	defer close(hang)
 	fresh := cl.Client(t)
-	fresh.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(hangCommandHook{hang}) })
+	fresh.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(hangCommandHook{hang: hang}) })
 	fc := newClientOn(t, fresh, WithReplicaAck(1, 300*time.Millisecond, FailClosed))
 	key := byMaster[stalled][1]
 	got := make(chan error, 1)
@@ -476,9 +476,11 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 // hangCommandHook makes a bare COMMAND (go-redis's lookup of command
 // information) hang until hang is closed, as it does on a node that stopped
 // answering.
-type hangCommandHook struct{ hang <-chan struct{} }
+type hangCommandHook struct {
+	testutil.PassHook
+	hang <-chan struct{}
+}
 
-func (h hangCommandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h hangCommandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if cmd.Name() == "command" && len(cmd.Args()) == 1 {
@@ -486,9 +488,6 @@ func (h hangCommandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-func (h hangCommandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // migrateSlot moves slot from the master at src to the one at dst by hand,

@@ -156,11 +156,10 @@ func (c *Client) wakeChannel(key string) string { return c.keys(key).channel + "
 // were lost). Scripts sent in a pipeline (renewals, batched calls) count
 // too.
 type scriptHook struct {
+	testutil.PassHook
 	before map[string]func() error
 	after  map[string]func() error
 }
-
-func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // startReplicated starts a master and one replica of it, in sync.
@@ -496,6 +497,7 @@ func TestHungMasterWaiterFindsLockAtNextCheck(t *testing.T) {
 
 // checkLog records when the acquire script last returned a reply.
 type checkLog struct {
+	testutil.PassHook
 	mu sync.Mutex
 	at time.Time
 }
@@ -505,8 +507,6 @@ func (h *checkLog) last() time.Time {
 	defer h.mu.Unlock()
 	return h.at
 }
-
-func (h *checkLog) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *checkLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -520,10 +520,6 @@ func (h *checkLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
-}
-
-func (h *checkLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func argString(v any) string {

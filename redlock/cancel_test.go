@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // gateAcquire holds back the acquire script of key on one node, as a
 // request still waiting for a connection (or its dial) to a slow node:
 // go-redis gives such a request up when its context ends.
 type gateAcquire struct {
+	testutil.PassHook
 	key      string
 	armed    atomic.Bool
 	held     chan struct{} // a request is being held back
@@ -22,10 +26,6 @@ type gateAcquire struct {
 	release  bool          // hold back the release script instead
 }
 
-func (h *gateAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *gateAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *gateAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
@@ -51,16 +51,25 @@ func (h *gateAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// slowThirdNode starts three nodes, the third holding back the acquire
+// script of "job" (or its release script) once the gate is armed, and a
+// patient locker (per-node timeout 1s) that has connected to them and
+// cached its scripts.
+func slowThirdNode(t *testing.T, release bool) (*cluster, *gateAcquire, *dlock.Client) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1), release: release}
+	cl.rdbs[2].AddHook(h)
+	c := cl.patientLocker(t)
+	mustLock(t, c, "warm").Unlock(context.Background())
+	return cl, h, c
+}
+
 // A Lock whose caller gives up takes nothing: an acquire still on its way
 // to a slow node when the caller cancels is not sent after the failed
 // attempt's release (it would leave a hold nobody owns for the lease).
 func TestCancelledLockLeavesNoHold(t *testing.T) {
-	cl := startCluster(t, 3)
-	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
-	cl.rdbs[2].AddHook(h)
-	c := cl.patientLocker(t) // per-node timeout 1s
+	cl, h, c := slowThirdNode(t, false)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
 
 	h.armed.Store(true)
 	lctx, cancel := context.WithCancel(ctx)
@@ -94,12 +103,8 @@ func TestCancelledLockLeavesNoHold(t *testing.T) {
 // A release still on its way to a slow node when Unlock returned is applied
 // after the caller cancels ctx.
 func TestReleaseOutlivesTheCaller(t *testing.T) {
-	cl := startCluster(t, 3)
-	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1), release: true}
-	cl.rdbs[2].AddHook(h)
-	c := cl.patientLocker(t)
+	cl, h, c := slowThirdNode(t, true)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx)
 	l := lockEveryNode(t, cl, c, "job")
 	h.armed.Store(true)
 	uctx, cancel := context.WithCancel(ctx)
@@ -122,12 +127,8 @@ func TestReleaseOutlivesTheCaller(t *testing.T) {
 // lock's release: it would leave a hold nobody owns, renews or releases, for
 // the whole lease (as TestCancelledLockLeavesNoHold, but after a success).
 func TestLateAcquireAfterUnlockLeavesNoHold(t *testing.T) {
-	cl := startCluster(t, 3)
-	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
-	cl.rdbs[2].AddHook(h)
-	c := cl.patientLocker(t) // per-node timeout 1s
+	cl, h, c := slowThirdNode(t, false)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
 
 	h.armed.Store(true)
 	l := mustLock(t, c, "job") // nodes 0 and 1 grant it; node 2's request is held back

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -490,14 +491,11 @@ func TestRestartedEmptyNodeLossKnownAtNextRenewal(t *testing.T) {
 
 // timingHook records when each command to a node ended.
 type timingHook struct {
+	testutil.PassHook
 	mu   sync.Mutex
 	ends []time.Time
 }
 
-func (h *timingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *timingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *timingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)

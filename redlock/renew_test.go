@@ -11,20 +11,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // lateRenewals makes the watchdog's renewal pipelines fail before they
 // are sent, while armed, and keeps their commands to be sent later: a
 // renewal its client gave up on that reaches the node afterwards.
 type lateRenewals struct {
+	testutil.PassHook
 	armed atomic.Bool
 	mu    sync.Mutex
 	held  [][]any
 	seen  chan struct{}
 }
 
-func (h *lateRenewals) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *lateRenewals) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *lateRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if !h.armed.Load() || cmds[0].Name() != "evalsha" {
