@@ -113,3 +113,54 @@ func TestCloseWithHungRedisAndLockInFlight(t *testing.T) {
 		t.Fatalf("Close still blocked after %v with a hung Redis and one Lock in flight (documented: up to 5 s)", time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// stuckRenewals holds every renewal pipeline until its context ends, as
+// go-redis retrying against a Redis that is gone does, and reports why it
+// ended.
+type stuckRenewals struct {
+	testutil.PassHook
+	ended chan error
+}
+
+func (h stuckRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if a := cmds[0].Args(); len(a) < 2 || a[0] != "evalsha" || a[1] != extendScript.Hash() {
+			return next(ctx, cmds)
+		}
+		<-ctx.Done()
+		h.ended <- ctx.Err()
+		for _, c := range cmds {
+			c.SetErr(ctx.Err())
+		}
+		return ctx.Err()
+	}
+}
+
+// Close ends the renewals under way instead of waiting them out: they
+// renew locks that Close declares lost anyway, and against a Redis that is
+// gone they would hold Close up for their whole timeout.
+func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
+	srv := redistest.Start(t)
+	h := stuckRenewals{ended: make(chan error, 1)}
+	c, _ := hookedClient(t, srv.Addr(), h)
+	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond)) // renewed after 100ms
+	waitUntil(t, 5*time.Second, "a renewal under way", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.busy
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-h.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the renewal under way ended with %v, want it cancelled by Close", err)
+		}
+	default:
+		t.Error("Close returned while a renewal was still under way")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrClosed) {
+		t.Errorf("lock's Context ended with %v, want ErrClosed", cause)
+	}
+}

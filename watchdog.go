@@ -59,19 +59,26 @@ type watchdog struct {
 	done    chan struct{}
 
 	inflight sync.WaitGroup // renewal round trips under way
+	// ctx is the renewals' parent: close cancels it, so that it does not
+	// wait for renewals retrying against a Redis that is gone.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // renewTimeout bounds one renewal round trip; the lease's deadline is
-// watched separately, so this only bounds how long Close may wait.
+// watched separately, and close cancels the renewals under way.
 const renewTimeout = 5 * time.Second
 
 func newWatchdog(c *Client) *watchdog {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &watchdog{
-		c:     c,
-		holds: make(map[*hold]struct{}),
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		c:      c,
+		holds:  make(map[*hold]struct{}),
+		kick:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -224,6 +231,7 @@ func (w *watchdog) close() {
 	if running {
 		<-w.done
 	}
+	w.cancel() // every hold is lost below: their renewals are moot
 	w.inflight.Wait()
 	for h := range holds {
 		w.lose(h, fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
@@ -306,7 +314,7 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 // to, so a hung Redis could otherwise hold the loss signal back.
 func (w *watchdog) renew(due []*hold) {
 	defer w.inflight.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, renewTimeout)
 	defer cancel()
 	rs := make([]backend.Renewal, len(due))
 	w.mu.Lock()
