@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redisserver"
+	"github.com/dlock-go/dlock/internal/spawn"
 )
 
 const (
@@ -456,17 +457,16 @@ func (s *Server) launch(fresh bool) error {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
+	done := make(chan struct{})
+	// The only goroutine per process; it ends when the process exits.
+	err = spawn.Start(cmd, func() {
+		_ = cmd.Wait()
+		close(done)
+	})
 	_ = logf.Close() // the child has its own descriptor
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		// The only goroutine per process; it ends when the process exits.
-		_ = cmd.Wait()
-		close(done)
-	}()
 	s.mu.Lock()
 	s.cmd, s.done, s.paused = cmd, done, false
 	s.mu.Unlock()

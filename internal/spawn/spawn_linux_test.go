@@ -2,23 +2,20 @@ package spawn
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestChildOutlivesTheThreadThatAskedForIt starts a child with Pdeathsig
-// from a goroutine locked to its thread, which then exits without
-// unlocking, so the runtime ends that thread. The child must survive: the
-// signal is for the death of dlock, not of one of its threads.
+// from a thread that then ends. The child must survive: the signal is for
+// the death of dlock, not of one of its threads.
 func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
 	cmd := exec.Command("cat")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -31,52 +28,18 @@ func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waited := make(chan struct{})
-	type result struct {
-		tid int
-		err error
-	}
-	res := make(chan result, 1)
-	// The runtime keeps the main thread when a goroutine locked to it
-	// exits, so the asking goroutine must run on another: one that lands
-	// on the main thread holds it until the test ends.
-	release := make(chan struct{})
-	defer close(release)
-	var r result
-	for r.tid = os.Getpid(); r.tid == os.Getpid(); r = <-res {
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-			if tid := syscall.Gettid(); tid == os.Getpid() {
-				res <- result{tid: tid}
-				<-release
-				runtime.UnlockOSThread()
-				return
-			}
-			res <- result{syscall.Gettid(), Start(cmd, func() { _ = cmd.Wait(); close(waited) })}
-		}()
-	}
-	if r.err != nil {
-		t.Fatal(r.err)
+	testutil.RunOnEndingThread(t, func() {
+		err = Start(cmd, func() { _ = cmd.Wait(); close(waited) })
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer func() {
 		_ = stdin.Close() // cat exits at end of input
 		<-waited
 	}()
-
-	// The asking thread is gone once its /proc entry is: by then the kernel
-	// has sent the death signal to any child that thread started.
-	task := "/proc/self/task/" + strconv.Itoa(r.tid)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(task); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d did not exit", r.tid)
-		}
-		runtime.Gosched()
-	}
-
-	// A SIGKILLed cat never echoes: its pipe reaches end of file instead.
+	// The kernel sent any death signal before the thread was gone, and a
+	// SIGKILLed cat never echoes: its pipe reaches end of file instead.
 	if _, err := stdin.Write([]byte("alive\n")); err != nil {
 		t.Fatalf("child is gone: %v", err)
 	}
