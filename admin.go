@@ -29,7 +29,7 @@ type LockInfo struct {
 	Waiters    int64         `json:"waiters"`     // queued waiters whose entries have not expired
 }
 
-// Inspect reads a lock's state for operators, in one round trip. It does
+// Inspect reads a lock's state for operators, in one script. It does
 // not take or change anything. Like the other operator calls, it needs a
 // single deployment: on a Client made by redlock.New it returns an error
 // wrapping errors.ErrUnsupported.

@@ -262,7 +262,7 @@ func (b *redlock) opTimeout(lease time.Duration) time.Duration {
 // user's key is the Redis Cluster hash tag of all of them (escaped by
 // backend.Tag if it starts with '}').
 type keys struct {
-	lock    string // hash: owner token -> hold count, ':fence', ':meta', ':at'
+	lock    string // hash: owner token -> hold count, ':fence', ':meta', ':at', ':ext'
 	fence   string // string: the highest fencing token stored on the node
 	channel string // pub/sub: a message when the lock is released
 }

@@ -19,7 +19,7 @@ func (a *app) inspectCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect KEY",
 		Short: "Show a lock's state: holder, lease, fencing token, waiters",
-		Long: `Inspect reads a lock in one round trip, without changing it: whether it is
+		Long: `Inspect reads a lock in one script, without changing it: whether it is
 held, by whom (host, pid, client and metadata recorded when it was taken),
 since when, how much lease is left, its fencing token, hold count (reentrant
 holds) and how many waiters are queued. For a free lock the fence shown is

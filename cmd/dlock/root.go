@@ -55,9 +55,9 @@ fencing token with every grant.
 Connect with --redis URL (or $DLOCK_REDIS_URL; default redis://localhost:6379),
 with --sentinel-master NAME --sentinel ADDR,... for Sentinel, or with
 --cluster ADDR,... for Redis Cluster. With Sentinel or Cluster, the URL (if
-given) supplies only the credentials, database (Sentinel only), TLS,
-timeouts, pool_size and max_retries; the sentinels' own password comes from
-$DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
+given) supplies only the credentials, database (Sentinel only), TLS, the
+dial, read and write timeouts, pool_size and max_retries; the sentinels' own
+password comes from $DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
 
 Exit status: 0 on success; run exits with its command's status; 64 usage
 error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait

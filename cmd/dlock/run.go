@@ -89,7 +89,7 @@ Redis unreachable.`,
 	fs := cmd.Flags()
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (status 75) if the lock is held")
 	fs.DurationVar(&f.wait, "wait", 0, "give up waiting after this long (status 75); 0 waits as long as it takes")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock or --max-hold, how long COMMAND has between SIGTERM and SIGKILL")
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop COMMAND (as for a lost lock, status 79) and release the lock after this long, so a hung COMMAND cannot keep it forever; 0 for no limit")
 	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
 	return cmd

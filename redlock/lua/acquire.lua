@@ -1,5 +1,6 @@
 -- acquire: take the lock on this node for ARGV[1] if nobody holds it.
 -- KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
+--         (and ':ext', see extend.lua)
 -- KEYS[2] fence counter: the highest fencing token stored on this node
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata (JSON)
 -- Returns {1, counter, now_us} when granted (counter is this node's fence
