@@ -545,9 +545,9 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 		g, err = a.grant(fence, since, ttl)
 		return g, true, err
 	}
-	// Written even if unchanged (in the same millisecond), so that the
-	// WAIT that follows covers a write of this connection.
-	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL), "reset"}}
+	// The same lease from later: a renewal's lengthening does it, and
+	// writes even in the same millisecond, for the WAIT to cover.
+	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL), backend.Lengthen}}
 	set := time.Now()
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
