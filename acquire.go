@@ -97,8 +97,25 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, err
 	}
 	c.ops.Done()
-	c.acquireEnd(actx, x, &req, h, nil)
-	return &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}, nil
+	return c.handOut(ctx, actx, x, &req, h), nil
+}
+
+// handOut reports a grant to the Observer and returns its Lock. If the
+// Observer panics, the lock is released on the panic's way out: no caller
+// gets it to unlock, and the watchdog would keep it held until Close.
+func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.Request, h *hold) *Lock {
+	l := &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}
+	handed := false
+	defer func() {
+		if !handed {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
+			_ = l.Unlock(uctx)
+		}
+	}()
+	c.acquireEnd(actx, x, req, h, nil)
+	handed = true
+	return l
 }
 
 // reenter adds a hold to a lock this Client already holds.

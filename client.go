@@ -97,12 +97,13 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // Client's methods after Close return ErrClosed; Unlock still releases a
 // lock that Close left held.
 func (c *Client) Close() error {
+	var lost map[*hold]error
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		close(c.closed)
 		c.mu.Unlock()
 		_ = c.be.Close()
-		c.dog.close()
+		lost = c.dog.close()
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
 		// client is still open; a hung Redis is not waited for longer
@@ -119,6 +120,10 @@ func (c *Client) Close() error {
 		case <-timer.C:
 		}
 	})
+	// Once Close is done: the Observer's Lost may call Close itself.
+	for h, cause := range lost {
+		c.observeLost(h, cause)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,5 +163,70 @@ func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrClosed) {
 		t.Errorf("lock's Context ended with %v, want ErrClosed", cause)
+	}
+}
+
+// closingObserver closes its Client from the callback named by on, once,
+// as an application that shuts down when it loses a lock would.
+type closingObserver struct {
+	NopObserver
+	on   string // "lost" or "renew"
+	c    atomic.Pointer[Client]
+	once sync.Once
+	done chan struct{} // closed when that Close returned
+}
+
+func (o *closingObserver) closeClient() {
+	o.once.Do(func() {
+		_ = o.c.Load().Close()
+		close(o.done)
+	})
+}
+
+func (o *closingObserver) Lost(LostEvent) {
+	if o.on == "lost" {
+		o.closeClient()
+	}
+}
+
+func (o *closingObserver) Renew(RenewEvent) {
+	if o.on == "renew" {
+		o.closeClient()
+	}
+}
+
+// The Observer's callbacks may call Close: from the watchdog's loop (a
+// lease ran out), from a renewal, and from Close itself (it reports the
+// locks it leaves as lost).
+func TestCloseFromObserverCallbacks(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name, on  string
+		opts      []LockOption
+		closeHere bool
+	}{
+		{"Lost/lease ran out", "lost", []LockOption{WithTTL(30 * time.Millisecond), WithoutRenewal()}, false},
+		{"Renew", "renew", []LockOption{WithTTL(60 * time.Millisecond)}, false},
+		{"Lost/reported by Close", "lost", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &closingObserver{on: tc.on, done: make(chan struct{})}
+			// Not closed by the test's cleanup: a Close that deadlocks
+			// would hang it.
+			c, err := New(srv.Client(t), WithObserver(o))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.c.Store(c)
+			mustLock(t, c, "k", tc.opts...)
+			if tc.closeHere {
+				go c.Close()
+			}
+			select {
+			case <-o.done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close called from the Observer has not returned after 5s")
+			}
+		})
 	}
 }

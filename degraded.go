@@ -79,8 +79,7 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 	}
 	c.log.Warn("dlock: Redis unreachable: lock held in this process only (degraded mode, other processes are not excluded)",
 		"key", req.Key, "error", cause)
-	c.acquireEnd(actx, x, req, h, nil)
-	return &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}, nil
+	return c.handOut(ctx, actx, x, req, h), nil
 }
 
 // unreachable reports whether err, from an acquisition whose context ctx

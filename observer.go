@@ -12,10 +12,13 @@ import (
 // WithObserver; a Client without one does no extra work and no allocation.
 //
 // Its methods are called synchronously from the goroutine doing the work
-// (Renew and Lost from the Client's watchdog), concurrently for different
-// locks, so they must be safe for concurrent use and quick: record the
-// figure and return. Embed NopObserver to implement only some methods and
-// to keep compiling when methods are added.
+// (Renew, and Lost of an expired lease, from the Client's watchdog; Lost
+// also from the call that found the loss, such as Unlock, Extend, TTL or
+// Close), concurrently for different locks, so they must be safe for
+// concurrent use and quick: record the figure and return. They may call
+// the Client's Close. A panic in AcquireEnd releases the lock it reports,
+// which the caller then never gets. Embed NopObserver to implement only
+// some methods and to keep compiling when methods are added.
 //
 // Events carry the lock's key. A metrics implementation must not label by
 // it (every key would be a new time series): map it to a bounded group, as

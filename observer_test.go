@@ -456,3 +456,39 @@ func TestDoFailedReleaseLostReason(t *testing.T) {
 		t.Errorf("losts = %+v: reported not_held (\"found another owner or none\") while Redis holds it", rec.losts)
 	}
 }
+
+// panicOnGrant panics in AcquireEnd for the first lock granted once armed.
+type panicOnGrant struct {
+	NopObserver
+	armed atomic.Bool
+}
+
+func (o *panicOnGrant) AcquireEnd(_ context.Context, e AcquireEndEvent) {
+	if e.Outcome == AcquireOK && o.armed.CompareAndSwap(true, false) {
+		panic("observer bug")
+	}
+}
+
+// A panic in the Observer's AcquireEnd leaves the caller without its Lock
+// (an HTTP server recovers the handler's panic and goes on): the lock must
+// not stay held, renewed by the watchdog, with nobody to unlock it.
+func TestObserverPanicDoesNotKeepTheLock(t *testing.T) {
+	o := &panicOnGrant{}
+	c, _, _ := newTestClient(t, WithObserver(o))
+	o.armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("AcquireEnd did not panic")
+			}
+		}()
+		_, _ = c.Lock(context.Background(), "k")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryLock after AcquireEnd panicked = %v: the lock granted then is still held", err)
+	}
+	_ = l.Unlock(ctx)
+}

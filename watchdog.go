@@ -213,35 +213,42 @@ func (w *watchdog) deadline(h *hold) time.Time {
 	return h.deadline
 }
 
-// close stops the loop and reports every held lock as lost: nothing renews
-// them any more.
-func (w *watchdog) close() {
+// close stops the loop and ends every held lock as lost: nothing renews
+// them any more. It returns them with their cause, for Close to report to
+// the Observer once it is done (Lost may call Close). The loop is not
+// waited for: it starts no renewal once the holds are gone (scan), and it
+// may be the caller, closing from an Observer callback.
+func (w *watchdog) close() map[*hold]error {
 	w.mu.Lock()
 	select {
 	case <-w.stop:
 		w.mu.Unlock()
-		return
+		return nil
 	default:
 	}
 	close(w.stop)
-	running := w.running
 	holds := w.holds
 	w.holds = map[*hold]struct{}{}
 	w.mu.Unlock()
-	if running {
-		<-w.done
-	}
 	w.cancel() // every hold is lost below: their renewals are moot
 	w.inflight.Wait()
+	lost := make(map[*hold]error, len(holds))
 	for h := range holds {
-		w.lose(h, fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		lost[h] = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		w.end(h, lost[h])
 	}
+	return lost
 }
 
 func (w *watchdog) lose(h *hold, cause error) {
+	w.end(h, cause)
+	w.c.observeLost(h, cause)
+}
+
+// end ends h as lost with cause, without telling the Observer.
+func (w *watchdog) end(h *hold, cause error) {
 	h.cancel(cause)
 	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "fence", h.fence, "cause", cause)
-	w.c.observeLost(h, cause)
 }
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
@@ -262,8 +269,7 @@ func (w *watchdog) run() {
 			w.lose(h, cause)
 		}
 		if len(due) > 0 {
-			w.inflight.Add(1)
-			go w.renew(due)
+			go w.renew(due) // counted in inflight by scan
 		}
 		timer.Reset(wait)
 		select {
@@ -305,6 +311,11 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 		}
 	}
 	w.wakeAt = next
+	if len(due) > 0 {
+		// Under mu: once close has taken the holds, no renewal is added
+		// to those it waits for.
+		w.inflight.Add(1)
+	}
 	return due, lost, max(next.Sub(now), 0)
 }
 
@@ -313,7 +324,6 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 // does not cut a read short at the context's deadline unless configured
 // to, so a hung Redis could otherwise hold the loss signal back.
 func (w *watchdog) renew(due []*hold) {
-	defer w.inflight.Done()
 	ctx, cancel := context.WithTimeout(w.ctx, renewTimeout)
 	defer cancel()
 	rs := make([]backend.Renewal, len(due))
@@ -359,6 +369,9 @@ func (w *watchdog) renew(due []*hold) {
 	for _, h := range released {
 		h.cancel(ErrReleased)
 	}
+	// close waits for the round trip, not for the Observer: Renew and
+	// Lost may call Close.
+	w.inflight.Done()
 	w.c.renewed(due, outcomes)
 	for h, cause := range lost {
 		w.lose(h, cause)
