@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 )
@@ -11,15 +9,8 @@ import (
 // The "min/max per worker" cell must be one consistent triple: the ratio in
 // parentheses is min/max of the numbers shown.
 func TestFairnessCellConsistent(t *testing.T) {
-	raw, err := os.ReadFile("../../../docs/benchmarks.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
-	md := markdown(&rep, rep.Took)
+	rep := loadReport(t)
+	md := markdown(rep, rep.Took)
 	for _, line := range strings.Split(md, "\n") {
 		if !strings.HasPrefix(line, "| **dlock** |") && !strings.HasPrefix(line, "| redsync |") {
 			continue

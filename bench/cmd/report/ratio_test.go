@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -24,15 +23,6 @@ func loadReport(t *testing.T) *Report {
 	return &rep
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
-}
-
 // "x ceiling" must be a ratio that some run showed: the median over runs of
 // (pairs/s / that run's ceiling), not median(pairs/s) / median(ceiling),
 // which divides numbers taken from different runs.
@@ -45,7 +35,7 @@ func TestCeilingRatioPerRun(t *testing.T) {
 			rs = append(rs, u.PerSec/c)
 		}
 	}
-	want := fmt.Sprintf("%.2f", median(rs))
+	want := fmt.Sprintf("%.2f", newStat(rs).Med)
 	md := markdown(rep, rep.Took)
 	for _, line := range strings.Split(md, "\n") {
 		if strings.HasPrefix(line, "| **dlock** | **") && strings.Count(line, "|") == 13 {
