@@ -56,7 +56,6 @@ type watchdog struct {
 	wakeAt  time.Time // when the loop will look again; zero if idle
 	kick    chan struct{}
 	stop    chan struct{}
-	done    chan struct{}
 
 	inflight sync.WaitGroup // renewal round trips under way
 	// ctx is the renewals' parent: close cancels it, so that it does not
@@ -76,7 +75,6 @@ func newWatchdog(c *Client) *watchdog {
 		holds:  make(map[*hold]struct{}),
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
 		ctx:    ctx,
 		cancel: cancel,
 	}
@@ -260,7 +258,6 @@ func (w *watchdog) nextEvent(h *hold) time.Time {
 }
 
 func (w *watchdog) run() {
-	defer close(w.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
