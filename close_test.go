@@ -3,7 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
-	"sync"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,21 +167,23 @@ func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
 	}
 }
 
-// closingObserver closes its Client from the callback named by on, once,
-// as an application that shuts down when it loses a lock would.
+// closingObserver closes its Client from the first call of the callback
+// named by on, as an application that shuts down when it loses a lock
+// would. (Not a sync.Once: Close reports the other locks Lost from within
+// that first call.)
 type closingObserver struct {
 	NopObserver
-	on   string // "lost" or "renew"
-	c    atomic.Pointer[Client]
-	once sync.Once
-	done chan struct{} // closed when that Close returned
+	on    string // "lost" or "renew"
+	c     atomic.Pointer[Client]
+	first atomic.Bool
+	done  chan struct{} // closed when that Close returned
 }
 
 func (o *closingObserver) closeClient() {
-	o.once.Do(func() {
+	if o.first.CompareAndSwap(false, true) {
 		_ = o.c.Load().Close()
 		close(o.done)
-	})
+	}
 }
 
 func (o *closingObserver) Lost(LostEvent) {
@@ -196,18 +199,23 @@ func (o *closingObserver) Renew(RenewEvent) {
 }
 
 // The Observer's callbacks may call Close: from the watchdog's loop (a
-// lease ran out), from a renewal, and from Close itself (it reports the
-// locks it leaves as lost).
+// lease ran out, also in the scan that finds another lock's renewal due),
+// from a renewal, and from Close itself (it reports the locks it leaves as
+// lost).
 func TestCloseFromObserverCallbacks(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
 		name, on  string
 		opts      []LockOption
+		other     []LockOption // a second lock, if any
 		closeHere bool
 	}{
-		{"Lost/lease ran out", "lost", []LockOption{WithTTL(30 * time.Millisecond), WithoutRenewal()}, false},
-		{"Renew", "renew", []LockOption{WithTTL(60 * time.Millisecond)}, false},
-		{"Lost/reported by Close", "lost", nil, true},
+		{"Lost/lease ran out", "lost", []LockOption{WithTTL(30 * time.Millisecond), WithoutRenewal()}, nil, false},
+		// The other lock's renewal is due (0.5-1 s) when this lease runs
+		// out (0.76 s): the scan counts the renewal before Lost is called.
+		{"Lost/with a renewal due", "lost", []LockOption{WithTTL(770 * time.Millisecond), WithoutRenewal()}, []LockOption{WithTTL(3 * time.Second)}, false},
+		{"Renew", "renew", []LockOption{WithTTL(60 * time.Millisecond)}, nil, false},
+		{"Lost/reported by Close", "lost", nil, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &closingObserver{on: tc.on, done: make(chan struct{})}
@@ -218,6 +226,9 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.c.Store(c)
+			if tc.other != nil {
+				mustLock(t, c, "other", tc.other...)
+			}
 			mustLock(t, c, "k", tc.opts...)
 			if tc.closeHere {
 				go c.Close()
@@ -228,5 +239,43 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 				t.Fatal("Close called from the Observer has not returned after 5s")
 			}
 		})
+	}
+}
+
+// renewRecorder records the Renew events.
+type renewRecorder struct {
+	NopObserver
+	renews chan RenewEvent
+}
+
+func (o *renewRecorder) Renew(e RenewEvent) { o.renews <- e }
+
+// A renewal that Close cancels is not a renewal failure to report: Close
+// reports the lock Lost (closed), as a renewal meeting the lock's own
+// release is not reported either.
+func TestCloseCancelledRenewalNotReported(t *testing.T) {
+	srv := redistest.Start(t)
+	h := stuckRenewals{ended: make(chan error, 1)}
+	o := &renewRecorder{renews: make(chan RenewEvent, 16)}
+	c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
+	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
+	waitUntil(t, 5*time.Second, "a renewal under way", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.busy
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-h.ended
+	// The renewal's goroutine may report after Close returned.
+	waitUntil(t, 5*time.Second, "the renewal's goroutine to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*watchdog).renew(")
+	})
+	select {
+	case e := <-o.renews:
+		t.Errorf("Renew reported %+v for the renewal Close cancelled", e)
+	default:
 	}
 }

@@ -262,11 +262,13 @@ func (w *watchdog) run() {
 	defer timer.Stop()
 	for {
 		due, lost, wait := w.scan(time.Now())
+		if len(due) > 0 {
+			// Counted in inflight by scan: started before the losses are
+			// reported, since Lost may call Close, which waits for it.
+			go w.renew(due)
+		}
 		for h, cause := range lost {
 			w.lose(h, cause)
-		}
-		if len(due) > 0 {
-			go w.renew(due) // counted in inflight by scan
 		}
 		timer.Reset(wait)
 		select {
@@ -333,6 +335,14 @@ func (w *watchdog) renew(due []*hold) {
 	outcomes := w.c.be.Renew(ctx, rs)
 
 	w.mu.Lock()
+	// Once close has taken the holds (and cancelled this round trip), it
+	// reports them Lost: their outcomes here say nothing.
+	closing := false
+	select {
+	case <-w.stop:
+		closing = true
+	default:
+	}
 	lost := make(map[*hold]error)
 	var released []*hold
 	for i, h := range due {
@@ -369,7 +379,9 @@ func (w *watchdog) renew(due []*hold) {
 	// close waits for the round trip, not for the Observer: Renew and
 	// Lost may call Close.
 	w.inflight.Done()
-	w.c.renewed(due, outcomes)
+	if !closing {
+		w.c.renewed(due, outcomes)
+	}
 	for h, cause := range lost {
 		w.lose(h, cause)
 	}
