@@ -138,13 +138,23 @@ func (h stuckRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// renewRecorder records the Renew events.
+type renewRecorder struct {
+	NopObserver
+	renews chan RenewEvent
+}
+
+func (o *renewRecorder) Renew(e RenewEvent) { o.renews <- e }
+
 // Close ends the renewals under way instead of waiting them out: they
 // renew locks that Close declares lost anyway, and against a Redis that is
-// gone they would hold Close up for their whole timeout.
+// gone they would hold Close up for their whole timeout. Such a renewal is
+// not a failure to report: Close reports the lock Lost (closed).
 func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
 	srv := redistest.Start(t)
 	h := stuckRenewals{ended: make(chan error, 1)}
-	c, _ := hookedClient(t, srv.Addr(), h)
+	o := &renewRecorder{renews: make(chan RenewEvent, 16)}
+	c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
 	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond)) // renewed after 100ms
 	waitUntil(t, 5*time.Second, "a renewal under way", func() bool {
 		c.dog.mu.Lock()
@@ -164,6 +174,16 @@ func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrClosed) {
 		t.Errorf("lock's Context ended with %v, want ErrClosed", cause)
+	}
+	// The renewal's goroutine may report after Close returned.
+	waitUntil(t, 5*time.Second, "the renewal's goroutine to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*watchdog).renew(")
+	})
+	select {
+	case e := <-o.renews:
+		t.Errorf("Renew reported %+v for the renewal Close cancelled", e)
+	default:
 	}
 }
 
@@ -239,43 +259,5 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 				t.Fatal("Close called from the Observer has not returned after 5s")
 			}
 		})
-	}
-}
-
-// renewRecorder records the Renew events.
-type renewRecorder struct {
-	NopObserver
-	renews chan RenewEvent
-}
-
-func (o *renewRecorder) Renew(e RenewEvent) { o.renews <- e }
-
-// A renewal that Close cancels is not a renewal failure to report: Close
-// reports the lock Lost (closed), as a renewal meeting the lock's own
-// release is not reported either.
-func TestCloseCancelledRenewalNotReported(t *testing.T) {
-	srv := redistest.Start(t)
-	h := stuckRenewals{ended: make(chan error, 1)}
-	o := &renewRecorder{renews: make(chan RenewEvent, 16)}
-	c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
-	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
-	waitUntil(t, 5*time.Second, "a renewal under way", func() bool {
-		c.dog.mu.Lock()
-		defer c.dog.mu.Unlock()
-		return l.h.busy
-	})
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	<-h.ended
-	// The renewal's goroutine may report after Close returned.
-	waitUntil(t, 5*time.Second, "the renewal's goroutine to end", func() bool {
-		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*watchdog).renew(")
-	})
-	select {
-	case e := <-o.renews:
-		t.Errorf("Renew reported %+v for the renewal Close cancelled", e)
-	default:
 	}
 }
