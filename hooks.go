@@ -176,29 +176,33 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 	}
 }
 
+// releaseStart tells the Observer that Unlock starts giving back a hold's
+// level. It returns the context for the release and for releaseEnd.
+func (c *Client) releaseStart(ctx context.Context, h *hold, level int) context.Context {
+	if h.x == nil || c.ext.obs == nil {
+		return ctx
+	}
+	if octx := c.ext.obs.ReleaseStart(ctx, ReleaseStartEvent{Key: h.lease.Key, Level: level}); octx != nil {
+		return octx
+	}
+	return ctx
+}
+
 // release gives back a hold's level (Unlock): through the hold's backend,
 // recording the hold time of an adaptive lock, and freeing the local lock
 // at the outermost level once Redis released it, or else when the hold
-// ends (lost at its deadline, released by a retry, or Close). It returns
-// the context of the Observer's ReleaseStart, for releaseEnd.
-func (c *Client) release(ctx context.Context, h *hold, level int) (int64, context.Context, error) {
+// ends (lost at its deadline, released by a retry, or Close).
+func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error) {
 	x := h.x
 	if x == nil {
-		left, err := c.be.Release(ctx, h.lease, level)
-		return left, ctx, err
-	}
-	rctx := ctx
-	if c.ext.obs != nil {
-		if octx := c.ext.obs.ReleaseStart(ctx, ReleaseStartEvent{Key: h.lease.Key, Level: level}); octx != nil {
-			rctx = octx
-		}
+		return c.be.Release(ctx, h.lease, level)
 	}
 	var left int64
 	var err error
 	if hr, ok := c.be.(backend.HoldRecorder); ok && x.record && level == 1 && !x.degraded {
-		left, err = hr.ReleaseRecording(rctx, h.lease, level, x.held())
+		left, err = hr.ReleaseRecording(ctx, h.lease, level, x.held())
 	} else {
-		left, err = c.beFor(h).Release(rctx, h.lease, level)
+		left, err = c.beFor(h).Release(ctx, h.lease, level)
 	}
 	if level == 1 {
 		if err == nil {
@@ -210,12 +214,12 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, contex
 			context.AfterFunc(h.ctx, x.local.unlock)
 		}
 	}
-	return left, rctx, err
+	return left, err
 }
 
 // releaseEnd reports how an Unlock of level ended: err is what Unlock
 // returns (nil, an error wrapping ErrNotHeld, or the release's error).
-// rctx is the context release returned.
+// rctx is the context releaseStart returned.
 func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err error) {
 	x := h.x
 	if x == nil {

@@ -130,10 +130,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// Released, not lost: by an outer Lock's Unlock, or by our own earlier
 	// try whose reply was lost (a renewal found it gone meanwhile).
 	wasReleased := errors.Is(context.Cause(l.h.ctx), ErrReleased)
+	// The Observer first: if it panics, the hold is as it was, not marked
+	// as being released.
+	rctx := l.c.releaseStart(ctx, l.h, l.level) // hooks.go
 	if l.level == 1 {
 		l.c.dog.releasing(l.h)
 	}
-	left, rctx, err := l.c.release(ctx, l.h, l.level) // hooks.go
+	left, err := l.c.release(rctx, l.h, l.level) // hooks.go
 	err = l.settleUnlock(left, err, wasLive, wasReleased)
 	l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
 	return err

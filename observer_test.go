@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,6 +240,33 @@ func TestLostIsReportedOnce(t *testing.T) {
 	_ = l.Unlock(ctx)
 	if n := losts(); n != 1 {
 		t.Fatalf("Lost reported %d times for one lost lock", n)
+	}
+}
+
+// A renewal whose answer comes after its lock was declared lost (the lease's
+// deadline passed while it was on its way) is not reported: the Observer
+// has heard Lost already, and the lock is no longer watched.
+func TestRenewalAnsweredAfterLossNotReported(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	losts := func() int { return rec.count(func(r *recorder) int { return len(r.losts) }) }
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): func() error {
+		// Runs on the watchdog's renewal goroutine: no t.Fatal here.
+		for end := time.Now().Add(5 * time.Second); losts() == 0 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}}}, WithObserver(rec))
+	l := mustLock(t, c, "late", WithTTL(300*time.Millisecond))
+	<-l.Done()
+	waitUntil(t, 5*time.Second, "the late renewal to be settled", func() bool {
+		buf := make([]byte, 1<<20)
+		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*watchdog).renew("))
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.losts) != 1 || len(rec.renews) != 0 {
+		t.Fatalf("Lost %+v, then Renew %+v: the renewal answered after the loss was reported", rec.losts, rec.renews)
 	}
 }
 
@@ -491,4 +519,32 @@ func TestObserverPanicDoesNotKeepTheLock(t *testing.T) {
 		t.Fatalf("TryLock after AcquireEnd panicked = %v: the lock granted then is still held", err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+type panicOnReleaseStart struct{ NopObserver }
+
+func (panicOnReleaseStart) ReleaseStart(context.Context, ReleaseStartEvent) context.Context {
+	panic("observer bug")
+}
+
+// A panic in the Observer's ReleaseStart leaves the Lock held, as before the
+// Unlock: a renewal that then finds the lock gone reports it lost, not
+// released by that Unlock, which never reached Redis.
+func TestObserverPanicAtReleaseStartKeepsTheHold(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithObserver(panicOnReleaseStart{}))
+	ctx := context.Background()
+	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("ReleaseStart did not panic")
+			}
+		}()
+		_ = l.Unlock(ctx)
+	}()
+	rdb.Del(ctx, c.keys("k").lock) // an operator removed it
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("the lock ended with %v, want ErrLockLost: the failed Unlock counted as a release", cause)
+	}
 }

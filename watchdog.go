@@ -345,11 +345,14 @@ func (w *watchdog) renew(due []*hold) {
 	}
 	lost := make(map[*hold]error)
 	var released []*hold
+	watched := 0 // due[:watched] were still watched: the Observer hears of those
 	for i, h := range due {
 		w.finish(h)
 		if _, ok := w.holds[h]; !ok {
-			continue // released or lost meanwhile
+			continue // released or lost meanwhile: the answer says nothing
 		}
+		due[watched], outcomes[watched] = h, outcomes[i]
+		watched++
 		switch outcomes[i] {
 		case backend.Held:
 			h.trust(start, rs[i].TTL)
@@ -380,7 +383,7 @@ func (w *watchdog) renew(due []*hold) {
 	// Lost may call Close.
 	w.inflight.Done()
 	if !closing {
-		w.c.renewed(due, outcomes)
+		w.c.renewed(due[:watched], outcomes[:watched])
 	}
 	for h, cause := range lost {
 		w.lose(h, cause)
