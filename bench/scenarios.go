@@ -88,7 +88,7 @@ type UncontendedResult struct {
 	Dur        time.Duration
 	PerSec     float64 // acquire+release pairs per second
 	Latency    Dist    // of one acquire+release pair
-	Errors     int64
+	Errors     int64   // failed Lock and unlock calls in the measured window (retried)
 	Costs
 }
 
@@ -116,12 +116,12 @@ func (e *Env) Uncontended(s Setup, goroutines int, warmup, dur time.Duration, o 
 				t0 := time.Now()
 				unlock, err := lk.Lock(ctx, key)
 				if err != nil {
-					errs.Add(1)
+					countIf(&record, &errs)
 					time.Sleep(time.Millisecond)
 					continue
 				}
 				if err := unlock(ctx); err != nil {
-					errs.Add(1)
+					countIf(&record, &errs)
 				}
 				if record.Load() {
 					samples[g] = append(samples[g], time.Since(t0))
@@ -170,9 +170,9 @@ type ContendedResult struct {
 	MaxPerWorker int64   // ... and of the most served one
 	Fairness     float64 // MinPerWorker / MaxPerWorker
 	SameWorker   float64 // share of acquisitions by the worker that held the lock just before
-	Violations   int64   // acquisitions while another worker was inside
-	GiveUps      int64   // Lock calls that gave up by themselves (retried)
-	Errors       int64
+	Violations   int64   // acquisitions while another worker was inside, warm-up included
+	GiveUps      int64   // Lock calls that gave up by themselves in the measured window (retried)
+	Errors       int64   // other failed Lock and unlock calls in the measured window
 	Costs
 }
 
@@ -240,9 +240,9 @@ func (e *Env) Contended(s Setup, workers int, hold, warmup, dur time.Duration, o
 						return
 					}
 					if errors.Is(err, ErrGaveUp) {
-						giveUps.Add(1)
+						countIf(&record, &giveUps)
 					} else {
-						errs.Add(1)
+						countIf(&record, &errs)
 						time.Sleep(time.Millisecond)
 					}
 				}
@@ -276,7 +276,7 @@ func (e *Env) Contended(s Setup, workers int, hold, warmup, dur time.Duration, o
 				mu.Unlock()
 				uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := unlock(uctx); err != nil {
-					errs.Add(1)
+					countIf(&record, &errs)
 				}
 				ucancel()
 			}
@@ -434,4 +434,12 @@ func parallel(n, count int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// countIf adds one to n while the measured window is open (record): what
+// happens in the warm-up is not reported.
+func countIf(record *atomic.Bool, n *atomic.Int64) {
+	if record.Load() {
+		n.Add(1)
+	}
 }
