@@ -256,6 +256,29 @@ func TestWrongTypeKey(t *testing.T) {
 	if rdb.Get(ctx, c.keys("str").lock).Val() != "not a lock" {
 		t.Error("the foreign value was changed")
 	}
+	// A hash that is not a lock (no ':fence'): taking it would write into
+	// another's data, and Unlock (or ForceRelease) would delete it.
+	rdb.HSet(ctx, c.keys("hash").lock, "user", "alice")
+	for _, lock := range []func(context.Context, string, ...LockOption) (*Lock, error){c.TryLock, c.Lock} {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		l, err := lock(wctx, "hash")
+		cancel()
+		if !errors.Is(err, ErrWrongType) {
+			t.Errorf("taking a hash that is not a lock = %v, want ErrWrongType", err)
+		}
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+	}
+	if err := c.ForceRelease(ctx, "hash"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("ForceRelease of a hash that is not a lock = %v, want ErrWrongType", err)
+	}
+	if got := rdb.HGetAll(ctx, c.keys("hash").lock).Val(); len(got) != 1 || got["user"] != "alice" {
+		t.Errorf("the foreign hash is now %v", got)
+	}
+	if ttl := rdb.PTTL(ctx, c.keys("hash").lock).Val(); ttl != -1 {
+		t.Errorf("the foreign hash got an expiry: %v", ttl)
+	}
 	rdb.HSet(ctx, c.keys("fence").fence, "a", 1)
 	if _, err := c.TryLock(ctx, "fence"); !errors.Is(err, ErrWrongType) {
 		t.Errorf("TryLock with a fence counter of the wrong type = %v, want ErrWrongType", err)

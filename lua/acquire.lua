@@ -25,14 +25,24 @@ local function wait(fence, now_ms, now_us)
   return {0, redis.call('PTTL', KEYS[1]), fence and reply(fence)}
 end
 
-local held = redis.call('HMGET', KEYS[1], token, ':fence')
-if held[2] then
-  -- HMGET fails with WRONGTYPE if the key is not a lock: nothing is written.
-  if held[1] then
-    return {2, reply(held[2]), redis.call('PTTL', KEYS[1])}
+-- One read, no more on the free path: whether token holds the lock, and
+-- the holder's fence. HGETALL fails with WRONGTYPE if the key is not a
+-- hash; a hash without ':fence' is not a lock either (other data at its
+-- name): taking it would write into that data, and the release delete it.
+-- Either way nothing is written.
+local fields, mine, fence = redis.call('HGETALL', KEYS[1]), false, nil
+for i = 1, #fields, 2 do
+  if fields[i] == token then mine = true elseif fields[i] == ':fence' then fence = fields[i + 1] end
+end
+if fence then
+  if mine then
+    return {2, reply(fence), redis.call('PTTL', KEYS[1])}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
-  return wait(held[2], clock())
+  return wait(fence, clock())
+end
+if #fields > 0 then
+  return redis.error_reply('WRONGTYPE the lock key holds a hash that is not a lock')
 end
 
 local now_ms, now_us = clock()
