@@ -156,7 +156,7 @@ func (c *Client) check(key string) error {
 	return validateKey(key)
 }
 
-// errReleaseFailed is in the cause of a lock Do gave up after its release
+// errReleaseFailed is in the cause of a lock given up after its release
 // failed (LostReleaseFailed).
 var errReleaseFailed = errors.New("release failed")
 
@@ -181,14 +181,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer ucancel()
 		defer cancel(ErrReleased)
-		err := l.Unlock(uctx)
-		if err != nil && l.level == 1 && !errors.Is(err, ErrNotHeld) && l.c.dog.remove(l.h) {
-			// Nobody can retry this Unlock (the Lock is Do's own): stop
-			// renewing, so that the lease runs out instead of the lock
-			// staying held until Close.
-			l.c.dog.lose(l.h, fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err))
-		}
-		return err
+		return l.Unlock(uctx) // if it fails, the lock is given up: renewed no more
 	}
 	panicked := true
 	defer func() {

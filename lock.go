@@ -118,8 +118,13 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Unlock releases this hold: a reentrant Lock gives back its level, the
 // outermost one releases the lock and hands it to the next waiter. It
 // returns an error wrapping ErrNotHeld if the lock was not held any more
-// (and ErrLockLost too if it had been lost). Calling Unlock again after a
-// network error is safe: it never releases more than this Lock's own hold.
+// (and ErrLockLost too if it had been lost). If the outermost release
+// fails (a network error, after which Redis may or may not have run it,
+// or ctx done before it was sent), the lock is given up: its Context ends
+// (ErrLockLost, Observer reason LostReleaseFailed) and it is renewed no
+// more, so Redis frees it at once or when its lease runs out. Calling
+// Unlock again after an error is safe: it never releases more than this
+// Lock's own hold.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,8 +133,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	wasLive := l.h.ctx.Err() == nil
 	// Released, not lost: by an outer Lock's Unlock, or by our own earlier
-	// try whose reply was lost (a renewal found it gone meanwhile).
-	wasReleased := errors.Is(context.Cause(l.h.ctx), ErrReleased)
+	// try whose reply was lost (a renewal found it gone meanwhile, or the
+	// hold was given up when that try failed).
+	cause := context.Cause(l.h.ctx)
+	wasReleased := errors.Is(cause, ErrReleased) || errors.Is(cause, errReleaseFailed)
 	// The Observer first: if it panics, the hold is as it was, not marked
 	// as being released.
 	rctx := l.c.releaseStart(ctx, l.h, l.level) // hooks.go
@@ -148,9 +155,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) error {
 	if err != nil {
 		if !errors.As(err, new(notSentError)) {
-			l.unsure = true
-		} else if l.level == 1 && !l.unsure {
-			l.c.dog.notReleasing(l.h) // nothing reached Redis
+			l.unsure = true // the release may have run
+		}
+		if l.level == 1 && l.c.dog.remove(l.h) {
+			// Given up: if the release ran, the lock may be someone
+			// else's already; if not, a caller that does not try again
+			// (a deferred Unlock) must not leave it renewed until Close.
+			// Renewed no more, it is freed when its lease runs out.
+			l.c.dog.lose(l.h, fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err))
 		}
 		return redisError("unlock", l.Key(), err)
 	}

@@ -822,8 +822,10 @@ func TestReenterAfterTakeoverFails(t *testing.T) {
 
 // An Unlock whose context had already ended sends nothing, so it cannot
 // have released the lock: a later Unlock that finds the lock gone (an
-// operator's ForceRelease) reports ErrNotHeld and a loss, as if the first
-// had never been tried.
+// operator's ForceRelease) reports ErrNotHeld, as if the first had never
+// been tried. The first gave the lock up, though (a deferred Unlock with a
+// request's ended context is rarely tried again): its Context ends, and it
+// is renewed no more.
 func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
 	c, _, _ := newTestClient(t)
 	ctx := context.Background()
@@ -832,6 +834,10 @@ func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
 	cancel()
 	if err := l.Unlock(done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Unlock with an ended context = %v", err)
+	}
+	if renewing(l) || !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("after an Unlock that failed, the lock is renewed (%v) with its Context ended by %v: want given up",
+			renewing(l), context.Cause(l.Context()))
 	}
 	if err := c.ForceRelease(ctx, "k"); err != nil {
 		t.Fatal(err) // the lock was still held: the first Unlock sent nothing

@@ -157,7 +157,7 @@ const (
 	LostNotHeld       LostReason = iota // a renewal (or Extend, TTL) found another owner or none
 	LostExpired                         // the lease ran out before a renewal got through
 	LostClosed                          // the Client was closed while the lock was held
-	LostReleaseFailed                   // Do's release failed: renewal stops, the lease runs out in Redis
+	LostReleaseFailed                   // the release failed (Unlock or Do): renewal stops, the lease runs out in Redis unless the release ran
 )
 
 var lostReasons = [...]string{"not_held", "expired", "closed", "release_failed"}

@@ -177,18 +177,11 @@ func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration, o backe
 
 // releasing records that Unlock is releasing h's outermost hold. From then
 // on a renewal that finds the lock gone may have met that release: Unlock,
-// not the watchdog, says whether it was lost (the deadline still ends h if
-// Unlock fails and is not tried again).
+// not the watchdog, says whether it was lost (and gives h up if the
+// release fails).
 func (w *watchdog) releasing(h *hold) {
 	w.mu.Lock()
 	h.releasing = true
-	w.mu.Unlock()
-}
-
-// notReleasing undoes releasing: the release was never sent.
-func (w *watchdog) notReleasing(h *hold) {
-	w.mu.Lock()
-	h.releasing = false
 	w.mu.Unlock()
 }
 

@@ -145,3 +145,28 @@ func TestLateAcquireAfterUnlockLeavesNoHold(t *testing.T) {
 		t.Errorf("node 2 holds %q for %v after Unlock returned: a hold nobody owns", tokens, pttl)
 	}
 }
+
+// Unlock with a context already cancelled (a deferred Unlock with the
+// request's context) still sends the release, which outlives the caller:
+// then either it reports the lock released and ends its Context, or the
+// lock is still held. Never is the lock free for others while the
+// holder's Context says it holds it.
+func TestUnlockWithCancelledContext(t *testing.T) {
+	cl := startCluster(t, 3)
+	a, b := cl.patientLocker(t), cl.patientLocker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, a, "job")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	uerr := l.Unlock(cctx)
+	var l2 *dlock.Lock
+	waitUntil(t, 5*time.Second, "the release to reach the nodes", func() bool {
+		var err error
+		l2, err = b.TryLock(ctx, "job")
+		return err == nil
+	})
+	defer l2.Unlock(ctx)
+	if l.Context().Err() == nil {
+		t.Errorf("B holds the lock while A's Context is live (A's Unlock = %v)", uerr)
+	}
+}
