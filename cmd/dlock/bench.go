@@ -88,7 +88,7 @@ func (a *app) bench(f benchFlags) error {
 	if f.private {
 		srv, err := startPrivateServer(ctx)
 		if err != nil {
-			return err
+			return startError(ctx, err, "bench")
 		}
 		defer srv.Stop()
 		a.conn.url = srv.URL()
@@ -96,7 +96,7 @@ func (a *app) bench(f benchFlags) error {
 	a.conn.poolSize = max(f.goroutines, f.workers) + 10
 	c, err := a.connect(ctx, "dlock bench")
 	if err != nil {
-		return err
+		return startError(ctx, err, "bench")
 	}
 	defer c.Close()
 	b := &bencher{app: a, f: f, c: c, name: "bench-" + randomHex(4)}

@@ -89,7 +89,7 @@ func (a *app) demo(f demoFlags) error {
 	if !a.conn.configured() {
 		srv, err := startPrivateServer(ctx)
 		if err != nil {
-			return err
+			return startError(ctx, err, "demo")
 		}
 		defer srv.Stop()
 		a.conn.url = srv.URL()
@@ -97,7 +97,7 @@ func (a *app) demo(f demoFlags) error {
 	}
 	c, err := a.connect(ctx, "dlock demo")
 	if err != nil {
-		return err
+		return startError(ctx, err, "demo")
 	}
 	defer c.Close()
 	d := &demo{app: a, f: f, c: c, exe: exe, name: "demo-" + randomHex(4)}

@@ -21,3 +21,13 @@ func interruptContext() (context.Context, func()) {
 		_ = stopWatching()
 	}
 }
+
+// startError is err, from setting up demo or bench (starting the private
+// server, connecting), unless a signal ended ctx meanwhile: then that
+// interruption is the error (128+N), as it is later on.
+func startError(ctx context.Context, err error, what string) error {
+	if ctx.Err() != nil {
+		return interrupted(context.Cause(ctx), "%s", what)
+	}
+	return err
+}

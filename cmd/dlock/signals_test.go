@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 // How dlock ends when it is signalled or killed: what it leaves behind.
@@ -119,4 +121,66 @@ func TestBenchInterruptedReleasesLock(t *testing.T) {
 	if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
 		t.Errorf("the interrupted bench left keys behind: %q", keys)
 	}
+}
+
+// README: 128+N means "interrupted by signal N ... during demo or bench,
+// after cleaning up". That holds from the start: a Ctrl-C while the private
+// redis-server starts, or while dlock connects to a server that does not
+// answer yet, is an interruption (130), not an unreachable Redis (69).
+func TestDemoAndBenchInterruptedWhileStarting(t *testing.T) {
+	t.Parallel()
+	realServer := redistest.BinaryPath(t)
+	// slowServer puts in $PATH a redis-server that starts only once a line
+	// comes on a FIFO (it never does), and says when it has been started.
+	slowServer := func(t *testing.T) (env []string, started func() bool) {
+		dir := t.TempDir()
+		mark, fifo := filepath.Join(dir, "started"), filepath.Join(dir, "go")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "bin")
+		script := fmt.Sprintf("#!/bin/sh\necho started > '%s'\nread x < '%s'\nexec '%s' \"$@\"\n", mark, fifo, realServer)
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, "redis-server"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return baseEnv("PATH=" + bin + ":" + os.Getenv("PATH")), func() bool { return fileText(mark) != "" }
+	}
+	interrupt := func(t *testing.T, p *proc) {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t); code != 130 {
+			t.Errorf("exit status %d after SIGINT, want 130\nstderr: %s", code, p.stderr.String())
+		}
+	}
+	for _, args := range [][]string{{"demo"}, {"bench", "--private"}} {
+		t.Run(strings.Join(args, " ")+" starting its server", func(t *testing.T) {
+			t.Parallel()
+			env, started := slowServer(t)
+			p := start(t, env, args...)
+			waitUntil(t, 10*time.Second, "the private redis-server to be started", started)
+			interrupt(t, p)
+		})
+	}
+	t.Run("bench connecting", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		proxy, err := tcpproxy.New(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer proxy.Close()
+		proxy.Freeze()
+		rdb := srv.Client(t)
+		p := start(t, nil, "--redis", redisURL(proxy.Addr()), "bench")
+		// The proxy dials the server for each connection it accepts.
+		waitUntil(t, 10*time.Second, "dlock to connect", func() bool {
+			return strings.Count(rdb.ClientList(t.Context()).Val(), "\n") >= 2
+		})
+		interrupt(t, p)
+	})
 }
