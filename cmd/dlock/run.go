@@ -10,7 +10,9 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -155,7 +157,7 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	}
 	defer c.Close()
 	if f.meta == "" {
-		f.meta = argv[0]
+		f.meta = commandMeta(argv[0])
 	}
 	l, err := a.acquire(ctx, c, f, key)
 	if serr := stopWatching(); serr != nil {
@@ -201,6 +203,25 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 		return &exitError{code: status}
 	}
 	return nil
+}
+
+// maxCommandMeta bounds the default --meta, well within the library's
+// limit on metadata (1 KiB).
+const maxCommandMeta = 256
+
+// commandMeta is the default --meta: COMMAND's name, made into metadata the
+// library accepts (valid UTF-8, not too long), keeping the end of a long
+// path, where the program's own name is.
+func commandMeta(name string) string {
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	if len(name) <= maxCommandMeta {
+		return name
+	}
+	for len(name) > maxCommandMeta-len("…") {
+		_, size := utf8.DecodeRuneInString(name)
+		name = name[size:]
+	}
+	return "…" + name
 }
 
 // errMaxHold is the cause of a stop when --max-hold passes.

@@ -362,3 +362,28 @@ while :; do sleep 0.05; done`
 		t.Errorf("lock still held after dlock exited: %+v", info)
 	}
 }
+
+// README: "--meta TEXT is stored with the holder (default: COMMAND's
+// name)". A name the library would refuse as metadata (bytes that are not
+// UTF-8, a path over 1 KiB) is still a command dlock must run: the user
+// gave no bad flag, so it must not end with a usage error (64).
+func TestRunDefaultMetaFromAnyCommandName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	long := dir
+	for _, c := range "abcde" {
+		long = filepath.Join(long, strings.Repeat(string(c), 250))
+	}
+	if err := os.MkdirAll(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "caf\xe9.sh"), filepath.Join(long, "job.sh")} {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := dlockRun(t, nil, "--redis", sharedURL(), "run", "meta-default", "--", path).want(t, 0)
+		if r.stdout != "ran\n" {
+			t.Errorf("%q: stdout %q", path, r.stdout)
+		}
+	}
+}
