@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -182,5 +183,29 @@ func TestReleaseForce(t *testing.T) {
 	}
 	if info := inspect(t, c, "stuck"); info.Held {
 		t.Errorf("still held after release --force: %+v", info)
+	}
+}
+
+// Exit status 64 means usage: "bad flag, duration or URL, missing --".
+// Output that cannot be written (a full disk) is "anything else": 1.
+func TestOutputWriteErrorIsNotUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--redis", sharedURL(), "inspect", "--json", "write-error"},
+		{"--redis", sharedURL(), "list", "--json"},
+		{"version"},
+	} {
+		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd := exec.Command(dlockBin, args...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = baseEnv(), full, &stderr
+		err = cmd.Run()
+		full.Close()
+		if code := cmd.ProcessState.ExitCode(); code != exitFailure {
+			t.Errorf("dlock %s > /dev/full: exit status %d (%v), want %d\nstderr: %s", strings.Join(args, " "), code, err, exitFailure, stderr.String())
+		}
 	}
 }

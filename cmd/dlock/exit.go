@@ -36,6 +36,16 @@ func usagef(format string, args ...any) error {
 	return exitf(exitUsage, format, args...)
 }
 
+// outputFailed is the error of output that could not be written (a full
+// disk, a closed pipe): exit status 1, where the plain error would read as
+// a usage error.
+func outputFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return exitf(exitFailure, "writing the output: %v", err)
+}
+
 // exitStatus returns the status an error from a command maps to: its own
 // for an exitError, exitUsage for the errors cobra returns itself (unknown
 // command or flag, wrong number of arguments).

@@ -80,5 +80,5 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) {
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return outputFailed(enc.Encode(v))
 }

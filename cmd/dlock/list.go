@@ -74,7 +74,7 @@ it does not block Redis. With --long it also inspects each lock.`,
 			for _, i := range infos {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", i.Key, human(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
 			}
-			return tw.Flush()
+			return outputFailed(tw.Flush())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (of names, or of LockInfo with --long)")

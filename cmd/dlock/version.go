@@ -45,7 +45,7 @@ func (a *app) versionCmd() *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(*cobra.Command, []string) error {
 			_, err := fmt.Fprintln(a.stdout, version())
-			return err
+			return outputFailed(err)
 		},
 	}
 }
