@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
@@ -83,6 +84,50 @@ func lockAcked(t *testing.T, c *Client, key string, opts ...LockOption) *Lock {
 	}
 	t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
 	return nil
+}
+
+// Every extend call answered "held" writes, even one that changes nothing:
+// with WithReplicaAck, the WAIT sent after it must cover a write of its own
+// connection (a server may count only those). The server's count of
+// changes (rdb_changes_since_last_save; the test servers never save) shows
+// whether a script call wrote.
+func TestAnsweredExtendAlwaysWrites(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	changes := func() int64 {
+		for _, line := range strings.Split(rdb.Info(ctx, "persistence").Val(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no rdb_changes_since_last_save in INFO persistence")
+		return 0
+	}
+	l := mustLock(t, c, "k", WithTTL(time.Minute))
+	if err := l.Extend(ctx, time.Minute); err != nil { // Extend number 1
+		t.Fatal(err)
+	}
+	keys := []string{c.keys("k").lock}
+	for _, call := range []struct {
+		what string
+		args []any
+	}{
+		{"a renewal to a shorter lease (kept as it is)", []any{l.Token(), 1000, backend.Lengthen}},
+		{"an Extend already applied, sent again", []any{l.Token(), 60000, "1"}},
+	} {
+		before := changes()
+		if v, err := extendScript.Run(ctx, rdb, keys, call.args...).Int(); v != 1 || err != nil {
+			t.Fatalf("%s = %v, %v; want 1 (held)", call.what, v, err)
+		}
+		if changes() == before {
+			t.Errorf("%s wrote nothing: a WAIT after it would not cover it", call.what)
+		}
+	}
+	if pttl := rdb.PTTL(ctx, keys[0]).Val(); pttl < 50*time.Second {
+		t.Errorf("the lease is %v after calls that must keep it", pttl)
+	}
+	_ = l.Unlock(ctx)
 }
 
 func TestReplicaAck(t *testing.T) {
