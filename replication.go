@@ -97,9 +97,13 @@ type ReplicaReport struct {
 // healthy replica adds its replication delay (well under a millisecond on
 // a LAN) to every acquire, extend, renewal and release; while fewer than
 // replicas replicas are connected each of these waits the whole timeout,
-// and with FailClosed no lock can be taken. timeout must be shorter than
-// the Redis client's ReadTimeout (at most 3/4 of it; go-redis's default
-// is 5 s), since the reply of WAIT is read with that deadline.
+// and with FailClosed no lock can be taken. A renewal then answers only
+// after timeout (and up to 100 ms more: Redis checks WAIT timeouts ten
+// times a second), so keep leases above 3 x (timeout + 100 ms), or with
+// AcceptAndReport too a lock runs out before its renewal answers, and is
+// lost. timeout must be shorter than the Redis client's ReadTimeout (at
+// most 3/4 of it; go-redis's default is 5 s), since the reply of WAIT is
+// read with that deadline.
 // Releases are waited for and reported too, but never fail: a release the
 // replicas missed can only keep the lock unavailable until its lease ends.
 // The default is off: no waiting.
