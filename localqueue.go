@@ -99,7 +99,7 @@ func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry back
 		if !ok {
 			return m.giveUp(w, h, checks)
 		}
-		timer = time.NewTimer(d)
+		timer = time.NewTimer(max(d, backend.MinBackoff))
 		defer timer.Stop()
 		tick = timer.C
 	}
@@ -113,7 +113,7 @@ func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry back
 			if !ok {
 				return m.giveUp(w, h, checks)
 			}
-			timer.Reset(d)
+			timer.Reset(max(d, backend.MinBackoff))
 		case <-ctx.Done():
 			return nil, 0, m.abandon(w, h, fmt.Errorf("dlock: lock %q: waiting ended: %w", key, ctx.Err()))
 		case <-closed:

@@ -14,7 +14,8 @@ import (
 // state: one value can be shared by any number of goroutines and calls.
 type RetryStrategy interface {
 	// Backoff returns the sleep before re-check number attempt (1, 2, ...)
-	// and false when the caller should give up.
+	// and false when the caller should give up. A sleep under 1 ms counts
+	// as 1 ms.
 	Backoff(attempt int) (time.Duration, bool)
 }
 

@@ -24,9 +24,14 @@ func (s *RetrySchedule) Next(start time.Time) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	s.due = start.Add(d)
+	s.due = start.Add(max(d, MinBackoff))
 	return s.due, true
 }
+
+// MinBackoff is the shortest wait before a counted check: a Retry that asks
+// for less (a custom one returning 0) would otherwise run the check against
+// Redis in a tight loop.
+const MinBackoff = time.Millisecond
 
 // Attempts returns how many checks the Retry counted.
 func (s *RetrySchedule) Attempts() int { return s.attempt }

@@ -39,3 +39,13 @@ func TestRetryScheduleCountsOnlyDueChecks(t *testing.T) {
 		t.Fatalf("attempts = %d, want 3", s.Attempts())
 	}
 }
+
+// A Retry asking for no wait (a custom one) still gets MinBackoff: the
+// waiter must not run its check against Redis in a tight loop.
+func TestRetryScheduleWaitsAtLeastMinBackoff(t *testing.T) {
+	s := RetrySchedule{Retry: fixed{0, 5}}
+	t0 := time.Now()
+	if due, ok := s.Next(t0); !ok || !due.Equal(t0.Add(MinBackoff)) {
+		t.Fatalf("a zero backoff: next check due %v after, %v; want %v", due.Sub(t0), ok, MinBackoff)
+	}
+}
