@@ -178,7 +178,10 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 			l.cancel(ErrReleased)
 			return err
 		}
-		if !wasLive && !wasReleased {
+		if !wasReleased {
+			// Lost: declared so before (a renewal found it gone, its lease
+			// ran out), or now, found gone while still trusted (an
+			// operator's ForceRelease, a deleted key).
 			err = fmt.Errorf("%w: %w", err, ErrLockLost)
 		}
 		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)

@@ -1018,3 +1018,25 @@ func TestCloseLeavesNoWaiterBehind(t *testing.T) {
 			check.PTTL(ctx, holderClient.keys(key).lock).Val(), owner)
 	}
 }
+
+// Unlock's godoc: an error wrapping ErrNotHeld if the lock was not held any
+// more, and ErrLockLost too if it had been lost. A lock an operator
+// force-released while its holder trusted it was lost (the Unlock that
+// finds it gone cancels its Context with ErrLockLost and reports it to the
+// Observer as lost): the caller checking errors.Is(err, ErrLockLost) must
+// hear of it too, as it does when a renewal found it gone first.
+func TestUnlockOfForceReleasedLockSaysLost(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	if err := c.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Unlock(ctx)
+	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock of a force-released lock = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("Context cause = %v, want ErrLockLost", cause)
+	}
+}
