@@ -18,8 +18,8 @@ import (
 
 // LockInfo is what Inspect reads about a lock.
 type LockInfo struct {
-	Key        string        `json:"key"`
-	Held       bool          `json:"held"`
+	Key        string        `json:"key"`         // the lock's name, as given to Inspect
+	Held       bool          `json:"held"`        // a token holds it now
 	TTL        time.Duration `json:"ttl_ns"`      // remaining lease; 0 if free
 	Fence      uint64        `json:"fence"`       // the holder's fence, or the last one issued if free
 	Owner      string        `json:"owner"`       // the holder's token

@@ -47,15 +47,15 @@ type Observer interface {
 
 // AcquireStartEvent describes an acquisition that starts.
 type AcquireStartEvent struct {
-	Key  string
-	Wait bool // Lock (true) or TryLock (false)
+	Key  string // the lock's name
+	Wait bool   // Lock (true) or TryLock (false)
 }
 
 // AcquireEndEvent describes how an acquisition ended.
 type AcquireEndEvent struct {
-	Key     string
-	Wait    bool // Lock (true) or TryLock (false)
-	Outcome AcquireOutcome
+	Key     string         // the lock's name
+	Wait    bool           // Lock (true) or TryLock (false)
+	Outcome AcquireOutcome // how it ended
 	// WaitTime is how long the call took, waiting included.
 	WaitTime time.Duration
 	Fence    uint64 // the lock's fence if granted (0 for a degraded lock)
@@ -64,22 +64,22 @@ type AcquireEndEvent struct {
 
 // ReenterEvent describes a re-entry of a held lock.
 type ReenterEvent struct {
-	Key   string
-	Level int   // the new hold count, if it succeeded
-	Err   error // why it failed
+	Key   string // the lock's name
+	Level int    // the new hold count, if it succeeded
+	Err   error  // why it failed
 }
 
 // ReleaseStartEvent describes an Unlock that starts.
 type ReleaseStartEvent struct {
-	Key   string
-	Level int // the hold level given back: 1 is the outermost Lock
+	Key   string // the lock's name
+	Level int    // the hold level given back: 1 is the outermost Lock
 }
 
 // ReleaseEndEvent describes how an Unlock ended.
 type ReleaseEndEvent struct {
-	Key     string
-	Level   int // the hold level given back: 1 is the outermost Lock
-	Outcome ReleaseOutcome
+	Key     string         // the lock's name
+	Level   int            // the hold level given back: 1 is the outermost Lock
+	Outcome ReleaseOutcome // how it ended
 	// Held is how long the lock had been held, since the outermost Lock
 	// was granted (whatever Level).
 	Held     time.Duration
@@ -89,14 +89,14 @@ type ReleaseEndEvent struct {
 
 // RenewEvent describes one lease renewal by the watchdog.
 type RenewEvent struct {
-	Key     string
-	Outcome RenewOutcome
+	Key     string       // the lock's name
+	Outcome RenewOutcome // how it ended
 }
 
 // LostEvent describes a lock lost while held.
 type LostEvent struct {
-	Key    string
-	Reason LostReason
+	Key    string        // the lock's name
+	Reason LostReason    // why it was lost
 	Held   time.Duration // how long it had been held
 	Cause  error         // the cause its Context was cancelled with
 }

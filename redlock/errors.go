@@ -86,7 +86,7 @@ func (e *Error) Unwrap() []error {
 type NodeError struct {
 	Node int    // index in the nodes given to New
 	Addr string // the node's address, as its client knows it
-	Err  error
+	Err  error  // what the node answered, or ErrNodeTimeout
 }
 
 // Error names the node and its error.
