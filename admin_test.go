@@ -264,3 +264,21 @@ func TestInspectCountsLiveWaitersOnly(t *testing.T) {
 		}
 	}
 }
+
+// A hash at a lock's name without ':fence' is not a lock: Lock, TryLock and
+// ForceRelease say ErrWrongType (TestWrongTypeKey). Inspect must say so too,
+// not report it held by "the token" named after one of its fields, with no
+// lease: an operator would then see a held lock that release --force
+// refuses as the wrong type.
+func TestInspectHashThatIsNotALock(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	rdb.HSet(ctx, c.keys("foreign").lock, "user", "alice")
+	info, err := c.Inspect(ctx, "foreign")
+	if !errors.Is(err, ErrWrongType) {
+		t.Errorf("Inspect of a hash that is not a lock = %+v, %v; want ErrWrongType", info, err)
+	}
+	if err := c.ForceRelease(ctx, "foreign"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("ForceRelease of a hash that is not a lock = %v, want ErrWrongType", err)
+	}
+}

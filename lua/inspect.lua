@@ -3,6 +3,12 @@
 -- KEYS as in common.lua (1 lock hash, 2 fence counter, 4 waiters).
 -- Returns {the lock hash as field, value, ...; its pttl; the fence counter,
 -- or '' if none; the number of waiters whose entries have not expired}.
+-- A hash without ':fence' is not a lock (other data at its name), as for
+-- acquire.lua and forcerelease.lua.
+local hash = redis.call('HGETALL', KEYS[1])
+if #hash > 0 and redis.call('HEXISTS', KEYS[1], ':fence') == 0 then
+  return redis.error_reply('WRONGTYPE the lock key holds a hash that is not a lock')
+end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = 0
@@ -10,4 +16,4 @@ for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
   local deadline = tonumber(string.match(entry, '^(%d+) '))
   if deadline and deadline > now_ms then live = live + 1 end
 end
-return {redis.call('HGETALL', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', live}
+return {hash, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', live}

@@ -209,3 +209,20 @@ func TestOutputWriteErrorIsNotUsage(t *testing.T) {
 		}
 	}
 }
+
+// A hash at a lock's name that is not a lock (no ':fence'): inspect says
+// wrong type (as release --force does), and list --long does not show it
+// as a held lock.
+func TestAdminHashThatIsNotALock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	if err := srv.Client(t).HSet(context.Background(), "dlock:{foreign}", "user", "alice").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dlockRun(t, nil, "--redis", url, "inspect", "foreign").want(t, exitFailure)
+	r := dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
+	if strings.Contains(r.stdout, "foreign") {
+		t.Errorf("list --long shows a hash that is not a lock:\n%s", r.stdout)
+	}
+}

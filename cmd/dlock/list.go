@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 
@@ -59,6 +60,9 @@ it does not block Redis. With --long it also inspects each lock.`,
 			infos := []*dlock.LockInfo{}
 			for _, n := range names {
 				info, err := c.locks.Inspect(ctx, n)
+				if errors.Is(err, dlock.ErrWrongType) {
+					continue // a hash at a lock's name that is not a lock
+				}
 				if err != nil {
 					return redisFailure(err)
 				}
