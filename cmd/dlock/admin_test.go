@@ -186,14 +186,23 @@ func TestReleaseForce(t *testing.T) {
 	}
 }
 
-// Exit status 64 means usage: "bad flag, duration or URL, missing --".
-// Output that cannot be written (a full disk) is "anything else": 1.
-func TestOutputWriteErrorIsNotUsage(t *testing.T) {
+// Output that cannot be written (a full disk) is a failure, 1 ("anything
+// else"): not 64, which means usage ("bad flag, duration or URL, missing
+// --"), nor success, which a script would take for a complete output.
+func TestOutputWriteErrorFails(t *testing.T) {
 	t.Parallel()
+	url, c := adminServer(t)
+	if _, err := c.Lock(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
-		{"--redis", sharedURL(), "inspect", "--json", "write-error"},
-		{"--redis", sharedURL(), "list", "--json"},
+		{"--redis", url, "inspect", "--json", "k"},
+		{"--redis", url, "inspect", "k"},
+		{"--redis", url, "list", "--json"},
+		{"--redis", url, "list"},
+		{"--redis", url, "list", "--long"},
 		{"version"},
+		{"--redis", url, "release", "--force", "k"}, // last: it removes k
 	} {
 		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 		if err != nil {

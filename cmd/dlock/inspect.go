@@ -43,8 +43,7 @@ the last one issued. The exit status is 0 whether the lock is held or free.`,
 			if asJSON {
 				return writeJSON(a.stdout, info)
 			}
-			writeInfo(a.stdout, info, "")
-			return nil
+			return writeInfo(a.stdout, info, "")
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo; ttl_ns in nanoseconds)")
@@ -52,10 +51,12 @@ the last one issued. The exit status is 0 whether the lock is held or free.`,
 }
 
 // writeInfo prints a lock's state as aligned "name value" lines, each
-// starting with indent.
-func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) {
+// starting with indent. It returns the first write error (outputFailed).
+func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) (err error) {
 	line := func(name, format string, args ...any) {
-		fmt.Fprintf(w, "%s%-9s %s\n", indent, name, fmt.Sprintf(format, args...))
+		if _, werr := fmt.Fprintf(w, "%s%-9s %s\n", indent, name, fmt.Sprintf(format, args...)); err == nil && werr != nil {
+			err = outputFailed(werr)
+		}
 	}
 	line("key", "%s", info.Key)
 	if !info.Held {
@@ -64,7 +65,7 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) {
 			line("fence", "%d (the last one issued)", info.Fence)
 		}
 		line("waiters", "%d", info.Waiters)
-		return
+		return err
 	}
 	line("state", "held")
 	line("holder", "%s", holderText(info.Holder))
@@ -74,6 +75,7 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) {
 	line("holds", "%d", info.HoldCount)
 	line("owner", "%s", info.Owner)
 	line("waiters", "%d", info.Waiters)
+	return err
 }
 
 // writeJSON prints v as indented JSON.

@@ -53,7 +53,9 @@ it does not block Redis. With --long it also inspects each lock.`,
 					return writeJSON(a.stdout, names)
 				}
 				for _, n := range names {
-					fmt.Fprintln(a.stdout, n)
+					if _, err := fmt.Fprintln(a.stdout, n); err != nil {
+						return outputFailed(err)
+					}
 				}
 				return nil
 			}

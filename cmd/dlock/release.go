@@ -61,10 +61,15 @@ Releasing a lock that is not held changes nothing and exits with status 1.`,
 			if asJSON {
 				return writeJSON(a.stdout, releaseReport{Released: true, Lock: info})
 			}
-			fmt.Fprintf(a.stdout, "released lock %q; it was:\n", key)
-			writeInfo(a.stdout, info, "  ")
+			if _, err := fmt.Fprintf(a.stdout, "released lock %q; it was:\n", key); err != nil {
+				return outputFailed(err)
+			}
+			if err := writeInfo(a.stdout, info, "  "); err != nil {
+				return err
+			}
 			if info.Waiters > 0 {
-				fmt.Fprintf(a.stdout, "the first of %d waiters has been handed the lock\n", info.Waiters)
+				_, err := fmt.Fprintf(a.stdout, "the first of %d waiters has been handed the lock\n", info.Waiters)
+				return outputFailed(err)
 			}
 			return nil
 		},
