@@ -202,11 +202,11 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
-// An Unlock that fails (Redis went down) leaves the Redis lock held and its
-// Context live until its lease can no longer be trusted (Unlock may be
-// tried again). Until then the in-process lock stays taken, so that no
-// degraded Lock of the same Client overlaps it (WithDegradedMode's
-// promise); once the hold ends, the next goroutine gets one.
+// An Unlock that fails (Redis went down) may leave the Redis lock held
+// until its lease runs out; it gives the lock up, ending its Context. The
+// in-process lock stays taken until then, so that no degraded Lock of the
+// same Client overlaps a live Context (WithDegradedMode's promise); once
+// the hold ended, the next goroutine gets one.
 func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
@@ -226,7 +226,7 @@ func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 	} else if !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock while the first Lock is live = %v, want ErrNotObtained", err)
 	}
-	<-first.Done() // its lease can no longer be trusted
+	<-first.Done() // given up
 	waitUntil(t, 5*time.Second, "a degraded lock once the first hold ended", func() bool {
 		l, err := c.TryLock(ctx, "job")
 		if err != nil {

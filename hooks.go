@@ -208,9 +208,10 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 		if err == nil {
 			x.local.unlock()
 		} else {
-			// Redis may still hold the lock, and its Context stays live
-			// (Unlock may be retried): the next goroutine waits until the
-			// hold ends (released, lost, or Close).
+			// Redis may still hold the lock: the next goroutine waits
+			// until the hold ends, which Unlock's give-up does next
+			// (lock.go settleUnlock), so that it never overlaps a live
+			// Context.
 			context.AfterFunc(h.ctx, x.local.unlock)
 		}
 	}
