@@ -40,12 +40,25 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 	if n.ack != nil {
 		return n.renewAcked(ctx, rs)
 	}
-	cmds, err := n.renew(ctx, rs)
-	if isNoScript(err) {
-		// The server lost its script cache (restart, SCRIPT FLUSH).
-		if _, lerr := extendScript.Load(ctx, n.rdb).Result(); lerr == nil {
-			cmds, _ = n.renew(ctx, rs)
+	cmds := n.renew(ctx, rs)
+	// A server that lost its script cache (restart, SCRIPT FLUSH, a
+	// promoted replica: scripts are not replicated) refused those renewals
+	// with NOSCRIPT: they did not run. They are sent again with the script
+	// itself, which caches it there. Not SCRIPT LOAD: on a cluster it goes
+	// to every node, replicas included, and one that does not answer would
+	// fail the renewals on a healthy master until their locks are lost.
+	var again redis.Pipeliner
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			if again == nil {
+				again = n.rdb.Pipeline()
+			}
+			r := rs[i]
+			cmds[i] = extendScript.Eval(ctx, again, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
 	}
 	out := make([]backend.Outcome, len(rs))
 	reloaded := false
@@ -56,6 +69,21 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 		}
 	}
 	return out
+}
+
+// RenewGroup names the server that renews l: on Redis Cluster, the master
+// of its slot (the watchdog renews each master's locks in a round trip of
+// their own); elsewhere, the one server.
+func (n *node) RenewGroup(l *backend.Lease) string {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := cc.MasterForKey(context.Background(), leaseKeys(l).lock)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
 }
 
 // reloadSlots asks a ClusterClient to reload its slot map after err, a
@@ -75,14 +103,15 @@ func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) bool
 	return true
 }
 
-func (n *node) renew(ctx context.Context, rs []backend.Renewal) ([]*redis.Cmd, error) {
+// renew sends the renewals in one pipeline; each command has its outcome.
+func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 	pipe := n.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	for i, r := range rs {
 		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 	}
-	_, err := pipe.Exec(ctx)
-	return cmds, err
+	_, _ = pipe.Exec(ctx)
+	return cmds
 }
 
 // outcome reads the reply of extend.lua: 1 extended, 0 not held.

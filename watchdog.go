@@ -258,7 +258,7 @@ func (w *watchdog) run() {
 		if len(due) > 0 {
 			// Counted in inflight by scan: started before the losses are
 			// reported, since Lost may call Close, which waits for it.
-			go w.renew(due)
+			go w.renewAll(due)
 		}
 		for h, cause := range lost {
 			w.lose(h, cause)
@@ -271,6 +271,48 @@ func (w *watchdog) run() {
 			return
 		}
 	}
+}
+
+// renewAll renews due in one round trip per server (group), each answered
+// on its own. Called counted once in inflight (scan).
+func (w *watchdog) renewAll(due []*hold) {
+	groups := w.group(due)
+	w.inflight.Add(len(groups) - 1) // while scan's count holds close's Wait
+	for _, g := range groups[1:] {
+		go w.renew(g)
+	}
+	w.renew(groups[0])
+}
+
+// renewGrouper is a backend whose renewals go to several servers (the
+// masters of a Redis Cluster): it names the server of a lease.
+type renewGrouper interface {
+	RenewGroup(l *backend.Lease) string
+}
+
+// group splits due renewals by server, so that each server's are renewed
+// in a round trip of their own and one that does not answer holds back
+// the answers of only its own locks: the others' are trusted as soon as
+// they come, not when that round trip times out (a lease shorter than
+// that would be declared lost while its renewals succeed).
+func (w *watchdog) group(due []*hold) [][]*hold {
+	g, ok := w.c.be.(renewGrouper)
+	if !ok {
+		return [][]*hold{due}
+	}
+	at := make(map[string]int)
+	var groups [][]*hold
+	for _, h := range due {
+		name := g.RenewGroup(h.lease)
+		i, seen := at[name]
+		if !seen {
+			i = len(groups)
+			at[name] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], h)
+	}
+	return groups
 }
 
 // scan sorts the holds at now: those past their deadline are lost, those
