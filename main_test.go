@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,6 +188,19 @@ func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return err
 	}
+}
+
+// failNext returns a scriptHook function that fails the first call made
+// after arm with err (before Redis runs the script, or after: a lost
+// reply), and passes every other call.
+func failNext(err error) (fn func() error, arm func()) {
+	var armed atomic.Bool
+	return func() error {
+		if armed.CompareAndSwap(true, false) {
+			return err
+		}
+		return nil
+	}, func() { armed.Store(true) }
 }
 
 // run calls fns' function for cmd's script, if any, and sets its error.

@@ -434,17 +434,12 @@ func (s *syncBuffer) Reset() {
 func TestRetriedUnlockReportedAsReleased(t *testing.T) {
 	srv := redistest.Start(t)
 	rec := &recorder{}
-	var armed atomic.Bool
 	errLost := errors.New("reply lost")
-	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
-		if armed.CompareAndSwap(true, false) {
-			return errLost
-		}
-		return nil
-	}}}, WithObserver(rec))
+	loseReply, arm := failNext(errLost)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: loseReply}}, WithObserver(rec))
 	ctx := context.Background()
 	l := mustLock(t, c, "k")
-	armed.Store(true)
+	arm()
 	if err := l.Unlock(ctx); !errors.Is(err, errLost) {
 		t.Fatalf("Unlock = %v, want the lost reply", err)
 	}

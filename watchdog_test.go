@@ -152,71 +152,51 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 	}
 }
 
-// An Unlock whose reply is lost leaves the caller unsure, but Redis
-// released the lock and handed it over. The lock's Context must end when
-// Unlock returns, not at the next renewal or the old lease's deadline: a
-// live Context says nobody else holds the lock.
-func TestContextEndsAfterUnlockWithLostReply(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	var armed atomic.Bool
-	errLost := errors.New("reply lost")
-	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
-		if armed.CompareAndSwap(true, false) {
-			return errLost
-		}
-		return nil
-	}}})
-	other := newClientOn(t, srv.Client(t))
-	const lease = 6 * time.Second // renewed every 1-2 s
-	l := mustLock(t, c, "k", WithTTL(lease))
-	got := lockAsync(ctx, other, "k")
-	waitUntil(t, 5*time.Second, "the other client to queue", func() bool { return queued(t, rdb, c, "k") == 1 })
-	armed.Store(true)
-	if err := l.Unlock(ctx); !errors.Is(err, errLost) {
-		t.Fatalf("Unlock = %v, want the lost reply", err)
-	}
-	if l.Context().Err() == nil {
-		t.Error("Unlock returned with the lock's Context live, while the release may have run")
-	}
-	r := <-got
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.l.Unlock(ctx)
-	if err := l.Unlock(ctx); err != nil {
-		t.Errorf("retried Unlock = %v, want nil", err)
-	}
-}
-
-// An Unlock whose release fails on its way (dropped before Redis ran it)
-// cannot tell that from a lost reply: the lock may be free already. It is
-// given up: its Context ends at once, and it is renewed no more, so that a lock its
-// holder gave up is not kept until the Client closes (the caller of a
-// deferred Unlock rarely retries): Redis frees it when the lease runs out.
-func TestFailedUnlockStopsRenewal(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	var armed atomic.Bool
-	errDrop := errors.New("connection dropped")
-	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error {
-		if armed.CompareAndSwap(true, false) {
-			return errDrop
-		}
-		return nil
-	}}})
-	const lease = 300 * time.Millisecond // renewed every 50-100 ms while watched
-	l := mustLock(t, c, "k", WithTTL(lease))
-	armed.Store(true)
-	if err := l.Unlock(ctx); !errors.Is(err, errDrop) {
-		t.Fatalf("Unlock = %v, want the dropped request's error", err)
-	}
-	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
-		t.Fatalf("after an Unlock whose outcome is unknown, the lock's Context = %v, want ended with ErrLockLost", cause)
-	}
-	waitUntil(t, 10*lease, "the lease to run out", func() bool { return rdb.Exists(ctx, c.keys("k").lock).Val() == 0 })
-	if err := l.Unlock(ctx); err != nil {
-		t.Errorf("retried Unlock = %v, want nil", err)
+// An outermost Unlock that fails cannot tell whether Redis ran the
+// release (its reply lost) or not (the request dropped on its way). Either
+// way the lock is given up: its Context ends when Unlock returns, since the
+// release may have handed the lock over already; and it is renewed no
+// more, so that a lock whose release never ran is not kept until the
+// Client closes (the caller of a deferred Unlock rarely tries again) but
+// goes to the next waiter when its lease runs out. A retried Unlock then
+// says nil.
+func TestFailedUnlockGivesTheLockUp(t *testing.T) {
+	for _, ran := range []bool{true, false} {
+		t.Run(map[bool]string{true: "reply lost", false: "request dropped"}[ran], func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			errFail := errors.New("connection reset")
+			fail, arm := failNext(errFail)
+			h := scriptHook{before: map[string]func() error{releaseEval.sha: fail}}
+			if ran {
+				h = scriptHook{after: h.before}
+			}
+			c, rdb := hookedClient(t, srv.Addr(), h)
+			other := newClientOn(t, srv.Client(t))
+			const lease = 300 * time.Millisecond // renewed every 50-100 ms while watched
+			l := mustLock(t, c, "k", WithTTL(lease))
+			got := lockAsync(ctx, other, "k")
+			waitUntil(t, 5*time.Second, "the other client to queue", func() bool { return queued(t, rdb, c, "k") == 1 })
+			arm()
+			if err := l.Unlock(ctx); !errors.Is(err, errFail) {
+				t.Fatalf("Unlock = %v, want the failure", err)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+				t.Errorf("after an Unlock whose outcome is unknown, the lock's Context = %v, want ended with ErrLockLost", cause)
+			}
+			select {
+			case r := <-got: // at once if the release ran, when the lease runs out if not
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				defer r.l.Unlock(ctx)
+			case <-time.After(10 * lease):
+				t.Fatal("the waiter did not get the lock: the failed Unlock's lock is still renewed")
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("retried Unlock = %v, want nil", err)
+			}
+		})
 	}
 }
 
