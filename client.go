@@ -93,7 +93,8 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
 // nothing renews them any more. Lock calls under way give up with
 // ErrClosed, and Close waits for them to leave the queue or release what
-// they got (5 s at most, if Redis does not answer). Calls of the
+// they got, and for the renewals under way (5 s at most in all, if Redis
+// does not answer). Calls of the
 // Client's methods after Close return ErrClosed; Unlock still releases a
 // lock that Close left held.
 func (c *Client) Close() error {
@@ -103,7 +104,10 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.mu.Unlock()
 		_ = c.be.Close()
-		lost = c.dog.close()
+		// A hung Redis is not waited for longer than releaseTimeout in
+		// all (go-redis may not give up on its reads).
+		deadline := time.Now().Add(releaseTimeout)
+		lost = c.dog.close(deadline)
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
 		// client is still open; a hung Redis is not waited for longer
@@ -113,7 +117,7 @@ func (c *Client) Close() error {
 			c.ops.Wait()
 			close(done)
 		}()
-		timer := time.NewTimer(releaseTimeout)
+		timer := time.NewTimer(time.Until(deadline))
 		defer timer.Stop()
 		select {
 		case <-done:

@@ -261,3 +261,40 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 		})
 	}
 }
+
+// Close does not wait out a renewal stuck on a hung Redis either: go-redis
+// does not cut a read short when the renewal's context is cancelled (unless
+// ContextTimeoutEnabled), so with a long ReadTimeout (30s here, or -1)
+// Close would block for all of it, as it must not for a Lock call.
+func TestCloseWithHungRedisAndRenewalInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, c, "k", WithTTL(600*time.Millisecond)) // renewed every 200 ms
+	srv.Pause(t)
+	defer srv.Resume(t)
+	waitUntil(t, 5*time.Second, "a renewal on its way to the hung server", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.busy
+	})
+	closed := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		_ = c.Close()
+		closed <- time.Since(start)
+	}()
+	select {
+	case d := <-closed:
+		t.Logf("Close took %v", d)
+	case <-time.After(releaseTimeout + time.Second):
+		t.Fatalf("Close still blocked after %v with a hung Redis and a renewal in flight", time.Since(start).Round(time.Millisecond))
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrClosed) {
+		t.Errorf("lock's Context = %v, want ended by Close", context.Cause(l.Context()))
+	}
+}

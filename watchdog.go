@@ -205,11 +205,12 @@ func (w *watchdog) deadline(h *hold) time.Time {
 }
 
 // close stops the loop and ends every held lock as lost: nothing renews
-// them any more. It returns them with their cause, for Close to report to
-// the Observer once it is done (Lost may call Close). The loop is not
+// them any more, waiting for the renewals under way until deadline. It
+// returns them with their cause, for Close to report to the Observer once
+// it is done (Lost may call Close). The loop is not
 // waited for: it starts no renewal once the holds are gone (scan), and it
 // may be the caller, closing from an Observer callback.
-func (w *watchdog) close() map[*hold]error {
+func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	w.mu.Lock()
 	select {
 	case <-w.stop:
@@ -222,7 +223,21 @@ func (w *watchdog) close() map[*hold]error {
 	w.holds = map[*hold]struct{}{}
 	w.mu.Unlock()
 	w.cancel() // every hold is lost below: their renewals are moot
-	w.inflight.Wait()
+	// go-redis may not cut a read short at the cancellation (only with
+	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
+	// for past deadline. Once it ends it finds the holds gone and reports
+	// nothing.
+	done := make(chan struct{})
+	go func() {
+		w.inflight.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 	lost := make(map[*hold]error, len(holds))
 	for h := range holds {
 		lost[h] = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
