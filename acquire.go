@@ -27,7 +27,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 	return c.acquire(ctx, key, false, opts)
 }
 
-func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (l *Lock, err error) {
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
@@ -63,13 +63,24 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
+	if x != nil && x.local != nil {
+		// Unless a Lock holds it now, the key's in-process lock goes back,
+		// even on a panic on the way (a RetryStrategy's, a go-redis
+		// hook's): else the Client's other goroutines would wait for it
+		// forever. Errors have given it back already (acquireEnd).
+		defer func() {
+			if l == nil {
+				x.local.unlock()
+			}
+		}()
+	}
 	// Close waits for the Redis part of the call only: the Observer's
 	// callbacks may call Close themselves.
 	if !c.begin() {
 		c.acquireEnd(actx, x, &req, nil, ErrClosed)
 		return nil, ErrClosed
 	}
-	g, err := c.be.Acquire(actx, req)
+	g, err := c.beAcquire(actx, req)
 	if err != nil {
 		c.ops.Done()
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
@@ -98,6 +109,21 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	c.ops.Done()
 	return c.handOut(ctx, actx, x, &req, h), nil
+}
+
+// beAcquire is the backend's Acquire, in a call Close waits for (begin).
+// A panic in it (a RetryStrategy's, a go-redis hook's) ends that call, or
+// Close would wait for it, and leak.
+func (c *Client) beAcquire(ctx context.Context, req backend.Request) (backend.Grant, error) {
+	panicked := true
+	defer func() {
+		if panicked {
+			c.ops.Done()
+		}
+	}()
+	g, err := c.be.Acquire(ctx, req)
+	panicked = false
+	return g, err
 }
 
 // handOut reports a grant to the Observer and returns its Lock. If the

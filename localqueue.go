@@ -90,6 +90,15 @@ func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry back
 	k.refs++
 	m.mu.Unlock()
 	h = &localHold{m: m, key: key, k: k}
+	// The retry strategy may be the caller's own code: if it panics (and
+	// the caller recovers), the waiter must not stay queued, or the lock,
+	// handed to it, would be held by nobody for good.
+	defer func() {
+		if r := recover(); r != nil {
+			_ = m.abandon(w, h, nil)
+			panic(r)
+		}
+	}()
 
 	checks = 1
 	var tick <-chan time.Time // nil without a retry strategy: no give-up

@@ -260,3 +260,63 @@ func TestLocalLocksUnderChurn(t *testing.T) {
 		t.Errorf("%d keys left in the local locks", n)
 	}
 }
+
+// tableRetry is a custom strategy with a bug: it indexes its table of
+// delays before checking that the attempt is in it, so it panics once
+// the table is used up.
+type tableRetry []time.Duration
+
+func (r tableRetry) Backoff(attempt int) (time.Duration, bool) {
+	return r[attempt-1], attempt <= len(r)
+}
+
+// TestLocalQueuePanicDoesNotWedgeTheKey: a panic during a Lock call (here
+// a custom RetryStrategy's; net/http recovers a handler's panic and the
+// process goes on) must not leave the key's in-process lock taken or
+// queued for: the Client's other goroutines would wait for it forever,
+// while without the local queue a dead waiter's place in Redis expires
+// with the queue TTL.
+func TestLocalQueuePanicDoesNotWedgeTheKey(t *testing.T) {
+	// A short queue TTL: the dead waiter's place in Redis (and a lease
+	// handed to it) expires soon, as it would without the local queue.
+	c, rdb, _ := newTestClient(t, WithLocalQueue(), WithQueueTTL(time.Second))
+	other := newClientOn(t, rdb) // another process
+	ctx := context.Background()
+	lockPanics := func(key string) {
+		t.Helper()
+		done := make(chan any)
+		go func() {
+			defer func() { done <- recover() }()
+			_, _ = c.Lock(ctx, key, WithRetry(tableRetry{5 * time.Millisecond}))
+		}()
+		if r := <-done; r == nil {
+			t.Fatalf("Lock(%q) with a strategy that runs out did not panic", key)
+		}
+	}
+	lockAfter := func(key string) {
+		t.Helper()
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(lctx, key)
+		if err != nil {
+			t.Fatalf("Lock(%q) once the holder is gone: %v", key, err)
+		}
+		_ = l.Unlock(ctx)
+	}
+
+	// The panic while waiting in the process, behind a goroutine of ours.
+	mine := mustLock(t, c, "local")
+	lockPanics("local")
+	if err := mine.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockAfter("local")
+
+	// The panic while waiting in Redis, behind another process.
+	theirs := mustLock(t, other, "redis")
+	lockPanics("redis")
+	if err := theirs.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockAfter("redis")
+}
