@@ -166,3 +166,31 @@ func TestAdaptiveLeaseOffWritesNothing(t *testing.T) {
 		t.Error("a lock without WithAdaptiveTTL wrote hold statistics")
 	}
 }
+
+// TestAdaptiveLeaseHugeStatsGiveTheCap: hold times on record past what a
+// Duration holds in nanoseconds (a hash written by hand, or corrupted) must
+// give the cap, as a huge product does, not wrap around to a negative
+// average and so the shortest lease.
+func TestAdaptiveLeaseHugeStatsGiveTheCap(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("huge")
+	// About 585,000 years in microseconds: fits an int64, not a Duration
+	// in nanoseconds (times 1000 it wraps around to 384 ns).
+	rdb.HSet(ctx, statsKey(k), "mean_us", int64(18_446_744_073_709_552), "dev_us", 0, "n", 5)
+	s, err := c.be.(*node).HoldStats(ctx, "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Mean < time.Hour {
+		t.Errorf("mean hold time read as %v", s.Mean)
+	}
+	l := mustLock(t, c, "huge", WithoutRenewal(), WithAdaptiveTTL(2, 2*time.Second))
+	defer l.Unlock(ctx)
+	c.dog.mu.Lock()
+	lease := l.h.ttl
+	c.dog.mu.Unlock()
+	if lease != 2*time.Second {
+		t.Errorf("lease %v for hold times of centuries, want the 2s cap", lease)
+	}
+}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"time"
 
@@ -34,7 +35,7 @@ func (n *node) HoldStats(ctx context.Context, key string) (backend.HoldStats, er
 	dev, ok2 := asInt(v[1])
 	samples, ok3 := asInt(v[2])
 	if ok1 && ok2 && ok3 && samples > 0 {
-		s = backend.HoldStats{Mean: time.Duration(mean) * time.Microsecond, Dev: time.Duration(dev) * time.Microsecond, Samples: samples}
+		s = backend.HoldStats{Mean: micros(mean), Dev: micros(dev), Samples: samples}
 	}
 	return s, nil
 }
@@ -52,6 +53,17 @@ func (n *node) ReleaseRecording(ctx context.Context, l *backend.Lease, level int
 		n.log.Debug("dlock: recording the hold time failed", "key", l.Key, "error", rerr)
 	}
 	return left, nil
+}
+
+// micros converts microseconds on record to a Duration, within
+// [0, math.MaxInt64]: a value past what a Duration holds (a hash written
+// by hand) must not wrap around to a short or negative hold time, and so
+// to the shortest lease instead of the cap.
+func micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(max(us, 0)) * time.Microsecond
 }
 
 // asInt reads an HMGET value.
