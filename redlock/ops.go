@@ -68,8 +68,14 @@ func (b *redlock) renew(ctx context.Context, rs []backend.Renewal, mode string) 
 		shortest = min(shortest, r.TTL)
 	}
 	timeout := b.opTimeout(shortest)
-	replies := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) ([]int64, error) {
-		return renewOn(ctx, rdb, rs, mode)
+	replies := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) ([]int64, error) {
+		// A node slower than the majority should still be renewed after
+		// the caller stopped waiting and ended ctx (the watchdog does at
+		// once): it may need more than one round trip (NOSCRIPT, then
+		// SCRIPT LOAD and the renewals again). Only the deadline counts.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(rctx), timeout)
+		defer cancel()
+		return renewOn(dctx, rdb, rs, mode)
 	}, func(replies []reply[[]int64]) bool {
 		for j := range rs {
 			if b.outcome(renewVotes(replies, j)) == backend.Unknown {

@@ -171,3 +171,64 @@ func TestLateExtendDoesNotUndoLaterExtend(t *testing.T) {
 		t.Errorf("node 2: a late Extend(2s) cut the lease to %v after Extend(1m)", pttl)
 	}
 }
+
+// slowReplies delays the replies to the renewal pipelines of one node, as
+// from a node farther away than the others: each command runs on the node
+// at once, and its reply comes later.
+type slowReplies struct {
+	testutil.PassHook
+	delay time.Duration
+}
+
+func (h *slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if cmds[0].Name() == "evalsha" {
+			time.Sleep(h.delay) // network latency, not synchronization
+		}
+		return err
+	}
+}
+
+// renewCounter counts the successful renewals.
+type renewCounter struct {
+	dlock.NopObserver
+	ok atomic.Int32
+}
+
+func (o *renewCounter) Renew(e dlock.RenewEvent) {
+	if e.Outcome == dlock.RenewOK {
+		o.ok.Add(1)
+	}
+}
+
+// The watchdog renews a lock on every node, not only on the majority that
+// answers first. A node that does not have the extend script cached (new,
+// restarted, SCRIPT FLUSH) answers NOSCRIPT and needs the script loaded and
+// the renewal sent again: those must still go out when that node is slower
+// than the majority, or it never renews anything, its holds run out, and
+// every lock survives one node failure fewer than it should.
+func TestRenewalReachesTheSlowerNodes(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.rdbs[2].AddHook(&slowReplies{delay: 100 * time.Millisecond})
+	obs := &renewCounter{}
+	c := cl.locker(t, dlock.WithObserver(obs))
+	ctx := context.Background()
+	const lease = 1500 * time.Millisecond // renewed every 500ms
+	l := lockEveryNode(t, cl, c, "far", dlock.WithTTL(lease))
+	defer l.Unlock(ctx)
+	// Four renewals: about 2s, past the lease node 2 granted.
+	waitUntil(t, 10*time.Second, "four renewals", func() bool { return obs.ok.Load() >= 4 })
+	if got := cl.holders(t, "far", l.Token()); len(got) != 3 {
+		t.Errorf("after four renewals the lock is on nodes %v, want all 3", got)
+	}
+	// So one node down leaves a majority that holds it.
+	cl.srvs[0].Kill(t)
+	n := obs.ok.Load()
+	waitUntil(t, 10*time.Second, "three more renewals or the loss", func() bool {
+		return obs.ok.Load() >= n+3 || l.Context().Err() != nil
+	})
+	if err := l.Context().Err(); err != nil {
+		t.Errorf("lock lost with 2 of 3 nodes up: %v", context.Cause(l.Context()))
+	}
+}
