@@ -59,7 +59,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		if w != nil {
 			// The release of this attempt's partial holds publishes its
 			// token, and the message can come before the attempt returns.
-			w.ignore(token)
+			w.attempt(token)
 		}
 		start := time.Now()
 		res := b.try(ctx, r, k, token)
@@ -121,9 +121,13 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		// waking it on every failed attempt of the others would make the
 		// waiters wake each other in a loop.
 		var wake <-chan struct{}
-		if w != nil && res.blocked {
+		if w != nil {
 			w.ignore(token)
-			wake = w.wake
+			var owners map[string]int
+			if res.blocked {
+				owners, wake = res.owners, w.wake
+			}
+			w.attempted(owners)
 		}
 		timer := time.NewTimer(delay)
 		select {
@@ -166,10 +170,11 @@ func randUpTo(d time.Duration) time.Duration {
 // tryResult is the outcome of one Redlock attempt.
 type tryResult struct {
 	grant    backend.Grant
-	err      *Error        // nil: granted
-	noQuorum bool          // too few nodes answered to decide
-	blocked  bool          // other owners hold the lock on a majority
-	pttl     time.Duration // the least remaining lease of the other owners' holds
+	err      *Error         // nil: granted
+	noQuorum bool           // too few nodes answered to decide
+	blocked  bool           // other owners hold the lock on a majority
+	pttl     time.Duration  // the least remaining lease of the other owners' holds
+	owners   map[string]int // the other owners' tokens: on how many nodes each refused
 }
 
 // acquireReply is a node's answer to acquire.lua.
@@ -283,7 +288,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	}
 	b.releaseAttempt(ctx, k, token, mayHold, len(granted) > 0 && !majorityOwner, timeout, b.opTimeout(r.TTL))
 
-	res := tryResult{blocked: refused >= q, pttl: pttl}
+	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
 	kind := dlock.ErrNotObtained
 	if len(granted)+refused < q {
 		kind, res.noQuorum = ErrNoQuorum, true

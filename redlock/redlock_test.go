@@ -476,3 +476,63 @@ func TestBlockedWaiterIsNotWokenByItsOwnRelease(t *testing.T) {
 		t.Errorf("the waiter ran %d scripts on node 4 in 500ms while nobody released: it wakes itself", n)
 	}
 }
+
+// Two waiters blocked by the same split holds (stale holds of crashed
+// contenders: no owner has a majority, so each failed attempt's release
+// publishes) must not wake each other: the other waiter's release frees
+// nothing that blocks them. They must sleep until a release by an owner
+// that refused them, or the holds' lease; and such a release must still
+// wake them.
+func TestBlockedWaitersDoNotWakeEachOther(t *testing.T) {
+	cl := startCluster(t, 5)
+	c1, c2 := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	cl.split(t, "split", 20*time.Second) // x on nodes 0-1, y on node 2
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan *dlock.Lock, 2)
+	for _, c := range []*dlock.Client{c1, c2} {
+		go func() {
+			l, err := c.Lock(wctx, "split")
+			if err != nil {
+				l = nil
+			}
+			got <- l
+		}()
+	}
+	ch := lockKey("split") + ":wake"
+	waitUntil(t, 5*time.Second, "both waiters to subscribe on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if rdb.PubSubNumSub(ctx, ch).Val()[ch] != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	before := scriptCalls(t, cl.rdbs[4])
+	select {
+	case l := <-got:
+		t.Fatalf("Lock returned while the lock was split: %v", l)
+	case <-time.After(500 * time.Millisecond): // an observation window, not synchronization
+	}
+	// As in TestBlockedWaiterIsNotWokenByItsOwnRelease, each waiter may
+	// retry once when its subscription reached a majority.
+	if n := scriptCalls(t, cl.rdbs[4]) - before; n > 12 {
+		t.Errorf("two waiters ran %d scripts on node 4 in 500ms while nobody released: they wake each other", n)
+	}
+	// Owner x releases on nodes 0-1, as release.lua does: one waiter must
+	// get the lock at once, not when y's hold runs out.
+	for _, i := range []int{0, 1} {
+		cl.rdbs[i].Del(ctx, lockKey("split"))
+		cl.rdbs[i].Publish(ctx, ch, "x")
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.Fatal("Lock failed")
+		}
+		_ = l.Unlock(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiter took the lock after owner x released it")
+	}
+}

@@ -64,6 +64,15 @@ type waiter struct {
 	wake chan struct{} // gets a value when the lock may have been released
 	self string        // guarded by hub.mu: the token of its last attempt
 	prev string        // guarded by hub.mu: the one before, whose message may come late
+	// Guarded by hub.mu. A release wakes w only if its token is one of the
+	// owners that refused w's last attempt (blockers): another waiter's
+	// release of its own failed attempt frees nothing that blocks w, and
+	// waking for it would make the waiters wake each other in a loop.
+	// Releases that come while an attempt is under way (trying) are kept
+	// in released until that attempt's refusals are known.
+	trying   bool
+	blockers map[string]int
+	released []string
 }
 
 // ignore makes w ignore the release messages of its own attempts' tokens:
@@ -74,6 +83,33 @@ func (w *waiter) ignore(token string) {
 		w.prev, w.self = w.self, token
 	}
 	w.h.mu.Unlock()
+}
+
+// attempt records that w begins an attempt with token.
+func (w *waiter) attempt(token string) {
+	w.ignore(token)
+	w.h.mu.Lock()
+	w.trying, w.blockers, w.released = true, nil, nil
+	w.h.mu.Unlock()
+}
+
+// attempted records the owners that refused w's attempt (nil if it is not
+// blocked) and wakes w if one of them released while the attempt was
+// under way.
+func (w *waiter) attempted(owners map[string]int) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	w.trying, w.blockers = false, owners
+	for _, t := range w.released {
+		if _, ok := owners[t]; ok {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+			break
+		}
+	}
+	w.released = nil
 }
 
 // nodeSub is the pub/sub connection to one node.
@@ -137,7 +173,7 @@ func (h *hub) join(name string, gen uint64, confirmed bool) *waiter {
 		c.idle.Stop()
 		c.idle = nil
 	}
-	w := &waiter{h: h, c: c, wake: make(chan struct{}, 1)}
+	w := &waiter{h: h, c: c, wake: make(chan struct{}, 1), trying: true}
 	c.waiters[w] = struct{}{}
 	atQuorum := c.nconfirmed >= h.b.quorum
 	if (confirmed && c.gen != gen) || (!confirmed && atQuorum) {
@@ -177,14 +213,24 @@ func (h *hub) markDirty() {
 	}
 }
 
-// wakeAll wakes the waiters of c, except the one whose own release is
-// the cause (its token is self). Called with mu held.
+// wakeAll wakes the waiters of c. A release by token self wakes only
+// those that it blocked (not the one whose own release it is). Called with
+// mu held.
 func (h *hub) wakeAll(c *channel, self string) {
 	h.seq++
 	c.gen = h.seq
 	for w := range c.waiters {
-		if self != "" && (w.self == self || w.prev == self) {
-			continue
+		if self != "" {
+			if w.self == self || w.prev == self {
+				continue
+			}
+			if w.trying {
+				w.released = append(w.released, self)
+				continue
+			}
+			if _, ok := w.blockers[self]; !ok {
+				continue
+			}
 		}
 		select {
 		case w.wake <- struct{}{}:
