@@ -110,25 +110,29 @@ func (c *Client) Close() error {
 		lost = c.dog.close(deadline)
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
-		// client is still open; a hung Redis is not waited for longer
-		// than releaseTimeout (go-redis may not give up on its reads).
-		done := make(chan struct{})
-		go func() {
-			c.ops.Wait()
-			close(done)
-		}()
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-		}
+		// client is still open.
+		waitBy(&c.ops, deadline)
 	})
 	// Once Close is done: the Observer's Lost may call Close itself.
 	for h, cause := range lost {
 		c.observeLost(h, cause)
 	}
 	return nil
+}
+
+// waitBy waits for wg until deadline at the latest.
+func waitBy(wg *sync.WaitGroup, deadline time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 func (c *Client) isClosed() bool {

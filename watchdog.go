@@ -227,17 +227,7 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
 	// for past deadline. Once it ends it finds the holds gone and reports
 	// nothing.
-	done := make(chan struct{})
-	go func() {
-		w.inflight.Wait()
-		close(done)
-	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-	}
+	waitBy(&w.inflight, deadline)
 	lost := make(map[*hold]error, len(holds))
 	for h := range holds {
 		lost[h] = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)

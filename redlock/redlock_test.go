@@ -438,101 +438,69 @@ func TestReleaseWithEvenNodesEveryNodeAnswering(t *testing.T) {
 	}
 }
 
-// A waiter blocked by holds of several owners (no owner has a majority, so
-// its failed attempt's release publishes) must not be woken by its own
-// release message: it would retry in a loop every RetryDelay/10 instead of
-// sleeping until a release by someone else or the holds' lease.
-func TestBlockedWaiterIsNotWokenByItsOwnRelease(t *testing.T) {
-	cl := startCluster(t, 5)
-	c := cl.locker(t)
-	ctx := context.Background()
-	cl.split(t, "split", 20*time.Second) // stale holds of crashed contenders
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Lock(wctx, "split")
-		errc <- err
-	}()
-	ch := lockKey("split") + ":wake"
-	waitUntil(t, 5*time.Second, "the waiter to subscribe on every node", func() bool {
-		for _, rdb := range cl.rdbs {
-			if rdb.PubSubNumSub(ctx, ch).Val()[ch] != 1 {
-				return false
-			}
-		}
-		return true
-	})
-	before := scriptCalls(t, cl.rdbs[4])
-	select {
-	case err := <-errc:
-		t.Fatalf("Lock returned while the lock was split: %v", err)
-	case <-time.After(500 * time.Millisecond): // an observation window, not synchronization
-	}
-	// Nobody released anything: the waiter should sleep until the holds'
-	// lease (20 s) runs out, after at most one retry when its subscription
-	// reached a majority. An attempt is an acquire and a release.
-	if n := scriptCalls(t, cl.rdbs[4]) - before; n > 6 {
-		t.Errorf("the waiter ran %d scripts on node 4 in 500ms while nobody released: it wakes itself", n)
-	}
-}
-
-// Two waiters blocked by the same split holds (stale holds of crashed
+// Waiters blocked by holds of several owners (stale holds of crashed
 // contenders: no owner has a majority, so each failed attempt's release
-// publishes) must not wake each other: the other waiter's release frees
-// nothing that blocks them. They must sleep until a release by an owner
+// publishes) must not be woken by their own release message, nor by each
+// other's: that frees nothing that blocks them, and they would retry in a
+// loop every RetryDelay/10. They must sleep until a release by an owner
 // that refused them, or the holds' lease; and such a release must still
 // wake them.
-func TestBlockedWaitersDoNotWakeEachOther(t *testing.T) {
-	cl := startCluster(t, 5)
-	c1, c2 := cl.locker(t), cl.locker(t)
-	ctx := context.Background()
-	cl.split(t, "split", 20*time.Second) // x on nodes 0-1, y on node 2
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := make(chan *dlock.Lock, 2)
-	for _, c := range []*dlock.Client{c1, c2} {
-		go func() {
-			l, err := c.Lock(wctx, "split")
-			if err != nil {
-				l = nil
+func TestBlockedWaitersAreNotWokenByFailedAttempts(t *testing.T) {
+	for _, waiters := range []int{1, 2} {
+		t.Run(strconv.Itoa(waiters)+" waiters", func(t *testing.T) {
+			cl := startCluster(t, 5)
+			ctx := context.Background()
+			cl.split(t, "split", 20*time.Second) // x on nodes 0-1, y on node 2
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			got := make(chan *dlock.Lock, waiters)
+			for range waiters {
+				c := cl.locker(t)
+				go func() {
+					l, err := c.Lock(wctx, "split")
+					if err != nil {
+						l = nil
+					}
+					got <- l
+				}()
 			}
-			got <- l
-		}()
-	}
-	ch := lockKey("split") + ":wake"
-	waitUntil(t, 5*time.Second, "both waiters to subscribe on every node", func() bool {
-		for _, rdb := range cl.rdbs {
-			if rdb.PubSubNumSub(ctx, ch).Val()[ch] != 2 {
-				return false
+			ch := lockKey("split") + ":wake"
+			waitUntil(t, 5*time.Second, "the waiters to subscribe on every node", func() bool {
+				for _, rdb := range cl.rdbs {
+					if rdb.PubSubNumSub(ctx, ch).Val()[ch] != int64(waiters) {
+						return false
+					}
+				}
+				return true
+			})
+			before := scriptCalls(t, cl.rdbs[4])
+			select {
+			case l := <-got:
+				t.Fatalf("Lock returned while the lock was split: %v", l)
+			case <-time.After(500 * time.Millisecond): // an observation window, not synchronization
 			}
-		}
-		return true
-	})
-	before := scriptCalls(t, cl.rdbs[4])
-	select {
-	case l := <-got:
-		t.Fatalf("Lock returned while the lock was split: %v", l)
-	case <-time.After(500 * time.Millisecond): // an observation window, not synchronization
-	}
-	// As in TestBlockedWaiterIsNotWokenByItsOwnRelease, each waiter may
-	// retry once when its subscription reached a majority.
-	if n := scriptCalls(t, cl.rdbs[4]) - before; n > 12 {
-		t.Errorf("two waiters ran %d scripts on node 4 in 500ms while nobody released: they wake each other", n)
-	}
-	// Owner x releases on nodes 0-1, as release.lua does: one waiter must
-	// get the lock at once, not when y's hold runs out.
-	for _, i := range []int{0, 1} {
-		cl.rdbs[i].Del(ctx, lockKey("split"))
-		cl.rdbs[i].Publish(ctx, ch, "x")
-	}
-	select {
-	case l := <-got:
-		if l == nil {
-			t.Fatal("Lock failed")
-		}
-		_ = l.Unlock(ctx)
-	case <-time.After(5 * time.Second):
-		t.Fatal("no waiter took the lock after owner x released it")
+			// Nobody released anything: each waiter should sleep until the
+			// holds' lease (20 s) runs out, after at most one retry when its
+			// subscription reached a majority. An attempt is an acquire and a
+			// release.
+			if n := scriptCalls(t, cl.rdbs[4]) - before; n > 6*waiters {
+				t.Errorf("%d waiters ran %d scripts on node 4 in 500ms while nobody released: failed attempts wake them", waiters, n)
+			}
+			// Owner x releases on nodes 0-1, as release.lua does: a waiter
+			// must get the lock at once, not when y's hold runs out.
+			for _, i := range []int{0, 1} {
+				cl.rdbs[i].Del(ctx, lockKey("split"))
+				cl.rdbs[i].Publish(ctx, ch, "x")
+			}
+			select {
+			case l := <-got:
+				if l == nil {
+					t.Fatal("Lock failed")
+				}
+				_ = l.Unlock(ctx)
+			case <-time.After(5 * time.Second):
+				t.Fatal("no waiter took the lock after owner x released it")
+			}
+		})
 	}
 }
