@@ -205,11 +205,11 @@ func (w *watchdog) deadline(h *hold) time.Time {
 }
 
 // close stops the loop and ends every held lock as lost: nothing renews
-// them any more, waiting for the renewals under way until deadline. It
-// returns them with their cause, for Close to report to the Observer once
-// it is done (Lost may call Close). The loop is not
-// waited for: it starts no renewal once the holds are gone (scan), and it
-// may be the caller, closing from an Observer callback.
+// them any more. It waits for the renewals under way until deadline, and
+// returns the locks with their cause, for Close to report to the Observer
+// once it is done (Lost may call Close). The loop is not waited for: it
+// starts no renewal once the holds are gone (scan), and it may be the
+// caller, closing from an Observer callback.
 func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	w.mu.Lock()
 	select {
