@@ -94,9 +94,8 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // nothing renews them any more. Lock calls under way give up with
 // ErrClosed, and Close waits for them to leave the queue or release what
 // they got, and for the renewals under way (5 s at most in all, if Redis
-// does not answer). Calls of the
-// Client's methods after Close return ErrClosed; Unlock still releases a
-// lock that Close left held.
+// does not answer). Calls of the Client's methods after Close return
+// ErrClosed; Unlock still releases a lock that Close left held.
 func (c *Client) Close() error {
 	var lost map[*hold]error
 	c.closeOnce.Do(func() {
