@@ -3,8 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,11 +182,7 @@ func TestCloseCancelsRenewalsUnderWay(t *testing.T) {
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrClosed) {
 		t.Errorf("lock's Context ended with %v, want ErrClosed", cause)
 	}
-	// The renewal's goroutine may report after Close returned.
-	waitUntil(t, 5*time.Second, "the renewal's goroutine to end", func() bool {
-		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*watchdog).renew(")
-	})
+	waitRenewalsSettled(t) // the renewal's goroutine may report after Close returned
 	select {
 	case e := <-o.renews:
 		t.Errorf("Renew reported %+v for the renewal Close cancelled", e)
@@ -204,6 +200,32 @@ type closingObserver struct {
 	c     atomic.Pointer[Client]
 	first atomic.Bool
 	done  chan struct{} // closed when that Close returned
+
+	mu     sync.Mutex
+	events []string // "renew KEY", "lost KEY", in the order reported
+}
+
+func (o *closingObserver) log(what, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, what+" "+key)
+}
+
+// renewedAfterLost returns a key reported renewed after it was reported
+// lost, if any.
+func (o *closingObserver) renewedAfterLost() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lost := map[string]bool{}
+	for _, e := range o.events {
+		what, key, _ := strings.Cut(e, " ")
+		if what == "lost" {
+			lost[key] = true
+		} else if lost[key] {
+			return key
+		}
+	}
+	return ""
 }
 
 func (o *closingObserver) closeClient() {
@@ -213,13 +235,15 @@ func (o *closingObserver) closeClient() {
 	}
 }
 
-func (o *closingObserver) Lost(LostEvent) {
+func (o *closingObserver) Lost(e LostEvent) {
+	o.log("lost", e.Key)
 	if o.on == "lost" {
 		o.closeClient()
 	}
 }
 
-func (o *closingObserver) Renew(RenewEvent) {
+func (o *closingObserver) Renew(e RenewEvent) {
+	o.log("renew", e.Key)
 	if o.on == "renew" {
 		o.closeClient()
 	}
@@ -242,6 +266,9 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 		// out (0.76 s): the scan counts the renewal before Lost is called.
 		{"Lost/with a renewal due", "lost", []LockOption{WithTTL(770 * time.Millisecond), WithoutRenewal()}, []LockOption{WithTTL(3 * time.Second)}, false},
 		{"Renew", "renew", []LockOption{WithTTL(60 * time.Millisecond)}, nil, false},
+		// Both renewals in one batch: the one reported after Close (which
+		// reported both locks lost) is not reported.
+		{"Renew/with another in the batch", "renew", []LockOption{WithTTL(300 * time.Millisecond)}, []LockOption{WithTTL(300 * time.Millisecond)}, false},
 		{"Lost/reported by Close", "lost", nil, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,10 +280,12 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.c.Store(c)
+			// Keys of their own: an earlier case's locks, left held by its
+			// Close, would make this one wait.
 			if tc.other != nil {
-				mustLock(t, c, "other", tc.other...)
+				mustLock(t, c, tc.name+":other", tc.other...)
 			}
-			mustLock(t, c, "k", tc.opts...)
+			mustLock(t, c, tc.name+":k", tc.opts...)
 			if tc.closeHere {
 				go c.Close()
 			}
@@ -264,6 +293,10 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 			case <-o.done:
 			case <-time.After(5 * time.Second):
 				t.Fatal("Close called from the Observer has not returned after 5s")
+			}
+			waitRenewalsSettled(t)
+			if key := o.renewedAfterLost(); key != "" {
+				t.Errorf("%q reported renewed after it was reported lost: %q", key, o.events)
 			}
 		})
 	}

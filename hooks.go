@@ -250,8 +250,11 @@ func (c *Client) renewed(due []*hold, outcomes []backend.Outcome) {
 		return
 	}
 	for i, h := range due {
-		if errors.Is(context.Cause(h.ctx), ErrReleased) {
-			continue // released meanwhile: its answer says nothing
+		if h.ctx.Err() != nil {
+			// Released meanwhile, or ended by a Close that an earlier
+			// Renew of this batch made (and that reported it Lost): its
+			// answer says nothing.
+			continue
 		}
 		e := RenewEvent{Key: h.lease.Key}
 		switch outcomes[i] {

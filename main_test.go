@@ -1,10 +1,12 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -188,6 +190,16 @@ func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return err
 	}
+}
+
+// waitRenewalsSettled waits until no watchdog renewal goroutine runs: one
+// may report to the Observer after the event a test waited for.
+func waitRenewalsSettled(t *testing.T) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, "the renewals' goroutines to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*watchdog).renew"))
+	})
 }
 
 // failNext returns a scriptHook function that fails the first call made

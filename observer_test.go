@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -259,10 +258,7 @@ func TestRenewalAnsweredAfterLossNotReported(t *testing.T) {
 	}}}, WithObserver(rec))
 	l := mustLock(t, c, "late", WithTTL(300*time.Millisecond))
 	<-l.Done()
-	waitUntil(t, 5*time.Second, "the late renewal to be settled", func() bool {
-		buf := make([]byte, 1<<20)
-		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*watchdog).renew("))
-	})
+	waitRenewalsSettled(t)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.losts) != 1 || len(rec.renews) != 0 {
