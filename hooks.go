@@ -77,7 +77,7 @@ func (x *holdExtra) held() time.Duration {
 }
 
 // prepare runs before the backend is asked for a lock: it tells the
-// Observer, waits in the local queue and sizes an adaptive lease. It
+// Observer, sizes an adaptive lease and waits in the local queue. It
 // returns the context to acquire with (the Observer's) and the hold's
 // state, nil if no feature needs one.
 func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockConfig) (*holdExtra, context.Context, error) {
@@ -96,6 +96,11 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 			ctx = octx
 		}
 	}
+	if a != nil {
+		x.record = c.sizeLease(ctx, req, cfg, a)
+	}
+	// The in-process lock last: from here on acquire gives it back, even
+	// on a panic (a go-redis hook's, a RetryStrategy's).
 	if c.ext.local != nil {
 		lh, checks, err := c.ext.local.lock(ctx, req.Key, req.Wait, req.Retry, c.closed)
 		if err != nil {
@@ -106,9 +111,6 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 		if checks > 0 && req.Retry != nil {
 			req.Retry = offsetRetry{req.Retry, checks}
 		}
-	}
-	if a != nil {
-		x.record = c.sizeLease(ctx, req, cfg, a)
 	}
 	return x, ctx, nil
 }

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // localWaiting reports how many goroutines of c wait locally for key.
@@ -319,4 +322,49 @@ func TestLocalQueuePanicDoesNotWedgeTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockAfter("redis")
+}
+
+// panicOnHMGet is a go-redis hook with a bug: once armed, it panics on the
+// next HMGET (the read of WithAdaptiveTTL's hold statistics).
+type panicOnHMGet struct {
+	testutil.PassHook
+	armed *atomic.Bool
+}
+
+func (h panicOnHMGet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "hmget" && h.armed.CompareAndSwap(true, false) {
+			panic("hook bug")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestLocalQueueHookPanicSizingLeaseDoesNotWedgeTheKey: a go-redis hook's
+// panic while Lock reads the hold statistics of WithAdaptiveTTL (after the
+// in-process lock is taken) must not leave that lock taken for good.
+func TestLocalQueueHookPanicSizingLeaseDoesNotWedgeTheKey(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	var armed atomic.Bool
+	rdb.AddHook(panicOnHMGet{armed: &armed})
+	c := newClientOn(t, rdb, WithLocalQueue())
+	ctx := context.Background()
+	adaptive := []LockOption{WithoutRenewal(), WithAdaptiveTTL(2, 2*time.Second)}
+	armed.Store(true)
+	done := make(chan any)
+	go func() {
+		defer func() { done <- recover() }()
+		_, _ = c.Lock(ctx, "k", adaptive...)
+	}()
+	if r := <-done; r == nil {
+		t.Fatal("Lock did not panic")
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := c.Lock(lctx, "k", adaptive...)
+	if err != nil {
+		t.Fatalf("Lock after the panicked call: %v", err)
+	}
+	_ = l.Unlock(ctx)
 }
