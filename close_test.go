@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -308,7 +309,21 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 // Close would block for all of it, as it must not for a Lock call.
 func TestCloseWithHungRedisAndRenewalInFlight(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 30 * time.Second})
+	// busy is set before the renewal has a connection: Close could cancel
+	// it before it is written. Wait for the write itself.
+	var armed atomic.Bool
+	written := make(chan struct{}, 1)
+	rdb := redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), ReadTimeout: 30 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &writeSignalConn{Conn: cn, armed: &armed, written: written}, nil
+		},
+	})
 	t.Cleanup(func() { rdb.Close() })
 	c, err := New(rdb)
 	if err != nil {
@@ -317,13 +332,32 @@ func TestCloseWithHungRedisAndRenewalInFlight(t *testing.T) {
 	l := mustLock(t, c, "k", WithTTL(600*time.Millisecond)) // renewed every 200 ms
 	srv.Pause(t)
 	defer srv.Resume(t)
-	waitUntil(t, 5*time.Second, "a renewal on its way to the hung server", func() bool {
-		c.dog.mu.Lock()
-		defer c.dog.mu.Unlock()
-		return l.h.busy
-	})
+	armed.Store(true) // after Pause: only the renewal writes from here on
+	select {
+	case <-written: // a renewal is on its way to the hung server
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal sent to the hung server within 5s")
+	}
 	closeWithin(t, c, "a renewal in flight")
 	if !errors.Is(context.Cause(l.Context()), ErrClosed) {
 		t.Errorf("lock's Context = %v, want ended by Close", context.Cause(l.Context()))
 	}
+}
+
+// writeSignalConn reports, once armed, that something was written to it.
+type writeSignalConn struct {
+	net.Conn
+	armed   *atomic.Bool
+	written chan struct{}
+}
+
+func (c *writeSignalConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if c.armed.Load() && n > 0 {
+		select {
+		case c.written <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
 }
