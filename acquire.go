@@ -64,10 +64,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, err
 	}
 	if x != nil && x.local != nil {
-		// Unless a Lock holds it now, the key's in-process lock goes back,
-		// even on a panic on the way (a RetryStrategy's, a go-redis
-		// hook's): else the Client's other goroutines would wait for it
-		// forever. Errors have given it back already (acquireEnd).
+		// Unless a Lock holds it now, the key's in-process lock goes back:
+		// on an error, and on a panic on the way (a RetryStrategy's, a
+		// go-redis hook's), else the Client's other goroutines would wait
+		// for it forever.
 		defer func() {
 			if l == nil {
 				x.local.unlock()

@@ -126,7 +126,7 @@ func (c *Client) acquireFailed(ctx, actx context.Context, x *holdExtra, req *bac
 }
 
 // acquireEnd reports the end of an acquisition: h is the hold if granted,
-// err the error if not (then the local lock is given back).
+// err the error if not (acquire then gives the local lock back).
 func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Request, h *hold, err error) {
 	if x == nil {
 		return
@@ -143,9 +143,6 @@ func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Requ
 		e.Outcome = AcquireCanceled
 	default:
 		e.Outcome = AcquireError
-	}
-	if err != nil {
-		x.local.unlock()
 	}
 	if c.ext.obs != nil {
 		c.ext.obs.AcquireEnd(ctx, e)

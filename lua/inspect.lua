@@ -5,8 +5,11 @@
 -- or '' if none; the number of waiters whose entries have not expired}.
 -- A hash without ':fence' is not a lock (other data at its name), as for
 -- acquire.lua and forcerelease.lua.
-local hash = redis.call('HGETALL', KEYS[1])
-if #hash > 0 and redis.call('HEXISTS', KEYS[1], ':fence') == 0 then
+local hash, lock = redis.call('HGETALL', KEYS[1]), false
+for i = 1, #hash, 2 do
+  if hash[i] == ':fence' then lock = true end
+end
+if #hash > 0 and not lock then
   return redis.error_reply('WRONGTYPE the lock key holds a hash that is not a lock')
 end
 local t = redis.call('TIME')
