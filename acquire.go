@@ -91,6 +91,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	h.trust(g.Start, g.TTL)
 	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, key}, h))
+	h.endsLocal()
 	if !time.Now().Before(h.deadline) {
 		// The reply came after the lease could be trusted: Redis may have
 		// given the lock to someone else already.

@@ -49,9 +49,11 @@ var ErrDegraded = errors.New("dlock: degraded lock: held in this process only, R
 // hold it too. Use it only where a process serializing its own work is
 // better than stopping, and the work tolerates running twice. A degraded
 // Lock reports Degraded() true and Fence() 0 (so a fenced resource rejects
-// its writes), has no lease (Extend and TTL return ErrDegraded) and is never
-// lost except by Close; it stays degraded until unlocked, even if Redis
-// comes back. LocalFallback turns WithLocalQueue on, so that a degraded Lock
+// its writes), has no lease (Extend and TTL return ErrDegraded) and is lost
+// only by Close, or, with WithMaxHold(d), once held for d (the Observer
+// hears LostExpired), which gives the in-process lock to the next
+// goroutine; it stays degraded until unlocked or lost, even if Redis comes
+// back. LocalFallback turns WithLocalQueue on, so that a degraded Lock
 // and a Lock taken from Redis by the same Client never overlap.
 func WithDegradedMode(m DegradedMode) Option {
 	return func(c *clientConfig) { c.ext.degraded = m }
@@ -68,10 +70,14 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 	x.degraded = true
 	x.count = 1
 	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, ttl: cfg.ttl, x: x.granted()}
-	// No lease: the watchdog never renews it nor declares it lost; it only
-	// tells it at Close.
+	// No lease: the watchdog never renews it; it declares it lost at the
+	// max hold (WithMaxHold), if any, and else only at Close.
 	h.deadline = time.Now().Add(100 * 365 * 24 * time.Hour)
+	if cfg.maxHold > 0 {
+		h.deadline = x.acquired.Add(cfg.maxHold)
+	}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, req.Key}, h))
+	h.endsLocal()
 	if err := c.dog.add(h); err != nil {
 		h.cancel(err)
 		c.acquireEnd(actx, x, req, nil, err)
@@ -115,8 +121,8 @@ func unreachable(ctx context.Context, err error) bool {
 }
 
 // degradedBackend stands for the backend of a degraded lock: it only counts
-// reentrant holds; the in-process lock itself is given back by the release
-// of level 1 (Client.release).
+// reentrant holds; the in-process lock itself is given back when the hold
+// ends (hold.endsLocal).
 type degradedBackend struct{ x *holdExtra }
 
 var _ backend.Backend = degradedBackend{}

@@ -236,3 +236,74 @@ func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 		return l.Degraded()
 	})
 }
+
+// TestDegradedLockMaxHold: a degraded lock has no lease, but WithMaxHold
+// still bounds it, as it bounds a lock from Redis: once held for the max
+// hold it is lost (its Context ends, the Observer is told) and the
+// Client's next goroutine gets its turn, without the stuck holder's Unlock.
+func TestDegradedLockMaxHold(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	rec := &recorder{}
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec))
+	ctx := context.Background()
+	srv.Stop(t)
+
+	const maxHold = 200 * time.Millisecond
+	start := time.Now()
+	stuck, err := c.Lock(ctx, "job", WithMaxHold(maxHold))
+	if err != nil || !stuck.Degraded() {
+		t.Fatalf("Lock with Redis down = %v, %v; want a degraded lock", stuck, err)
+	}
+	next := make(chan *Lock, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "job")
+		errs <- err
+		next <- l
+	}()
+	waitUntil(t, 5*time.Second, "the next goroutine to wait", func() bool { return localWaiting(c, "job") == 1 })
+
+	select {
+	case <-stuck.Done():
+	case <-time.After(maxHold + 2*time.Second):
+		t.Fatalf("a degraded lock with WithMaxHold(%v) still held after %v", maxHold, time.Since(start))
+	}
+	// Time is the subject: the watchdog ends it at the max hold, give or
+	// take a timer's lateness on a loaded machine.
+	if held := time.Since(start); held < maxHold || held > maxHold+300*time.Millisecond {
+		t.Errorf("held %v, want about the max hold (%v)", held, maxHold)
+	}
+	if cause := context.Cause(stuck.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", cause)
+	}
+	waitUntil(t, time.Second, "the Observer to hear of the loss", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
+	rec.mu.Lock()
+	if e := rec.losts[0]; e.Key != "job" || e.Reason != LostExpired || !errors.Is(e.Cause, ErrLockLost) {
+		t.Errorf("Lost event = %+v", e)
+	}
+	rec.mu.Unlock()
+
+	// The next goroutine gets its degraded lock; the stuck holder's late
+	// Unlock does not free it.
+	if err := <-errs; err != nil {
+		t.Fatalf("the next goroutine's Lock: %v", err)
+	}
+	l := <-next
+	if !l.Degraded() || l.Context().Err() != nil {
+		t.Fatalf("next lock: degraded %v, Context %v", l.Degraded(), l.Context().Err())
+	}
+	_ = stuck.Unlock(ctx)
+	if _, err := c.TryLock(ctx, "job"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock while the next goroutine holds the lock = %v, want ErrNotObtained", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.ext.local.size(); n != 0 {
+		t.Errorf("%d keys left in the local locks", n)
+	}
+}

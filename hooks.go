@@ -52,7 +52,7 @@ type lockExtConfig struct {
 type holdExtra struct {
 	start    time.Time  // the acquisition began
 	acquired time.Time  // it was granted
-	local    *localHold // the key's in-process lock, given back at the last Unlock
+	local    *localHold // the key's in-process lock, given back when the hold ends
 	record   bool       // record the hold time for adaptive leases at release
 	degraded bool       // held in-process only (degraded mode)
 
@@ -102,15 +102,12 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 	// The in-process lock last: from here on acquire gives it back, even
 	// on a panic (a go-redis hook's, a RetryStrategy's).
 	if c.ext.local != nil {
-		lh, checks, err := c.ext.local.lock(ctx, req.Key, req.Wait, req.Retry, c.closed)
+		lh, rest, err := c.ext.local.lock(ctx, req.Key, req.Wait, req.Retry, c.closed)
 		if err != nil {
 			c.acquireEnd(ctx, x, req, nil, err)
 			return nil, ctx, err
 		}
-		x.local = lh
-		if checks > 0 && req.Retry != nil {
-			req.Retry = offsetRetry{req.Retry, checks}
-		}
+		x.local, req.Retry = lh, rest
 	}
 	return x, ctx, nil
 }
@@ -188,33 +185,36 @@ func (c *Client) releaseStart(ctx context.Context, h *hold, level int) context.C
 }
 
 // release gives back a hold's level (Unlock): through the hold's backend,
-// recording the hold time of an adaptive lock, and freeing the local lock
-// at the outermost level once Redis released it, or else when the hold
-// ends (lost at its deadline, released by a retry, or Close).
+// recording the hold time of an adaptive lock. The local lock goes back
+// when the hold ends (endsLocal), not here: a release that fails may leave
+// the lock held in Redis until Unlock's give-up ends the hold.
 func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error) {
 	x := h.x
 	if x == nil {
 		return c.be.Release(ctx, h.lease, level)
 	}
-	var left int64
-	var err error
 	if hr, ok := c.be.(backend.HoldRecorder); ok && x.record && level == 1 && !x.degraded {
-		left, err = hr.ReleaseRecording(ctx, h.lease, level, x.held())
-	} else {
-		left, err = c.beFor(h).Release(ctx, h.lease, level)
+		return hr.ReleaseRecording(ctx, h.lease, level, x.held())
 	}
-	if level == 1 {
-		if err == nil {
-			x.local.unlock()
-		} else {
-			// Redis may still hold the lock: the next goroutine waits
-			// until the hold ends, which Unlock's give-up does next
-			// (lock.go settleUnlock), so that it never overlaps a live
-			// Context.
-			context.AfterFunc(h.ctx, x.local.unlock)
-		}
+	return c.beFor(h).Release(ctx, h.lease, level)
+}
+
+// endsLocal makes the end of h give the key's in-process lock back
+// (WithLocalQueue), whatever ends it: the last Unlock, a loss (WithMaxHold
+// or the lease ran out, force-released, a failed release) or Close. The
+// local lock mirrors the Redis lock, which other processes may take once
+// the hold's Context has ended: the Client's own goroutines may then too,
+// and a holder stuck in its critical section does not keep them out. It
+// wraps h.cancel, the one way h ends, so it must run before h is shared.
+func (h *hold) endsLocal() {
+	if h.x == nil || h.x.local == nil {
+		return
 	}
-	return left, err
+	cancel, local := h.cancel, h.x.local
+	h.cancel = func(cause error) {
+		cancel(cause)
+		local.unlock() // only the first call gives it back
+	}
 }
 
 // releaseEnd reports how an Unlock of level ended: err is what Unlock

@@ -22,13 +22,20 @@ import (
 // process and key: a process with many goroutines waiting for a key no
 // longer takes a bigger share of the turns than a process with one.
 //
-// Each Lock must be unlocked, even once lost (Do does it): until then the
-// goroutines of this Client waiting for the key stay queued. A Lock or
-// TryLock whose context comes from the held lock's Context re-enters it
-// without queueing. TryLock fails at once, without asking Redis, while
+// The in-process lock mirrors the Redis lock: it is given back when the
+// hold ends, at the outermost Unlock or when the lock is lost (its Context
+// ends: WithMaxHold or the lease ran out, a force-release, a failed
+// release, Close), and only once, whatever Unlock does later. A holder
+// stuck in its critical section thus keeps the Client's other goroutines
+// out no longer than other processes. A Lock or TryLock whose context
+// comes from the held lock's Context re-enters it without queueing.
+// TryLock fails at once, without asking Redis, while
 // another goroutine of the Client holds or takes the key. A Lock with
 // WithRetry counts its waiting in the process against its strategy: each
 // delay the strategy gives is one check, whether it waits here or in Redis.
+// Handed the in-process lock during a delay, it checks Redis at once, for
+// free, as when woken early in Redis; its counted check comes when the
+// delay is over.
 func WithLocalQueue() Option {
 	return func(c *clientConfig) { c.ext.localQueue = true }
 }
@@ -66,9 +73,9 @@ func newLocalLocks() *localLocks {
 
 // lock takes the local lock of key. Without wait it fails at once if the
 // lock is held; with wait it queues until the lock is handed over, ctx
-// ends, closed is closed, or retry (if not nil) gives up. checks is how
-// many of retry's checks were spent waiting here.
-func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry backend.Retry, closed <-chan struct{}) (h *localHold, checks int, err error) {
+// ends, closed is closed, or retry (if not nil) gives up. rest is what is
+// left of retry for the wait in Redis: retry itself if it did not queue.
+func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry backend.Retry, closed <-chan struct{}) (h *localHold, rest backend.Retry, err error) {
 	m.mu.Lock()
 	k := m.keys[key]
 	if k == nil {
@@ -79,11 +86,11 @@ func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry back
 		k.held = true
 		k.refs++
 		m.mu.Unlock()
-		return &localHold{m: m, key: key, k: k}, 0, nil
+		return &localHold{m: m, key: key, k: k}, retry, nil
 	}
 	if !wait {
 		m.mu.Unlock()
-		return nil, 0, fmt.Errorf("dlock: lock %q: %w: held in this process", key, ErrNotObtained)
+		return nil, nil, fmt.Errorf("dlock: lock %q: %w: held in this process", key, ErrNotObtained)
 	}
 	w := &localWaiter{granted: make(chan struct{})}
 	w.elem = k.queue.PushBack(w)
@@ -100,33 +107,41 @@ func (m *localLocks) lock(ctx context.Context, key string, wait bool, retry back
 		}
 	}()
 
-	checks = 1
+	checks := 1
 	var tick <-chan time.Time // nil without a retry strategy: no give-up
 	var timer *time.Timer
+	var due time.Time // when the next counted check is
 	if retry != nil {
 		d, ok := retry.Backoff(checks)
 		if !ok {
 			return m.giveUp(w, h, checks)
 		}
-		timer = time.NewTimer(max(d, backend.MinBackoff))
+		d = max(d, backend.MinBackoff)
+		due = time.Now().Add(d)
+		timer = time.NewTimer(d)
 		defer timer.Stop()
 		tick = timer.C
 	}
 	for {
 		select {
 		case <-w.granted:
-			return h, checks, nil
+			if retry == nil {
+				return h, nil, nil
+			}
+			return h, resumedRetry{r: retry, n: checks, due: due}, nil
 		case <-tick:
 			checks++
 			d, ok := retry.Backoff(checks)
 			if !ok {
 				return m.giveUp(w, h, checks)
 			}
-			timer.Reset(max(d, backend.MinBackoff))
+			d = max(d, backend.MinBackoff)
+			due = time.Now().Add(d)
+			timer.Reset(d)
 		case <-ctx.Done():
-			return nil, 0, m.abandon(w, h, fmt.Errorf("dlock: lock %q: waiting ended: %w", key, ctx.Err()))
+			return nil, nil, m.abandon(w, h, fmt.Errorf("dlock: lock %q: waiting ended: %w", key, ctx.Err()))
 		case <-closed:
-			return nil, 0, m.abandon(w, h, ErrClosed)
+			return nil, nil, m.abandon(w, h, ErrClosed)
 		}
 	}
 }
@@ -159,12 +174,12 @@ func (m *localLocks) abandon(w *localWaiter, h *localHold, err error) error {
 }
 
 // giveUp ends a wait whose retry strategy ran out, unless the lock came
-// just in time.
-func (m *localLocks) giveUp(w *localWaiter, h *localHold, checks int) (*localHold, int, error) {
+// just in time: then Redis gets one check, and no more.
+func (m *localLocks) giveUp(w *localWaiter, h *localHold, checks int) (*localHold, backend.Retry, error) {
 	if m.leave(w, h) {
-		return h, checks, nil
+		return h, noRetry{}, nil
 	}
-	return nil, 0, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", h.key, ErrNotObtained, checks)
+	return nil, nil, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", h.key, ErrNotObtained, checks)
 }
 
 // unlock hands the lock to the first waiter, or frees it.
@@ -205,11 +220,20 @@ func (m *localLocks) size() int {
 	return len(m.keys)
 }
 
-// offsetRetry continues a retry strategy after checks spent in the local
-// queue: the first Redis check is the strategy's check n+1.
-type offsetRetry struct {
-	r backend.Retry
-	n int
+// resumedRetry continues in Redis a retry strategy that spent n checks in
+// the local queue, the last delay running until due. The check made at
+// the hand-over comes before due: like a waiter's early check in Redis it
+// costs nothing, and the next one is at due, the strategy's check n+1; so
+// the schedule is the same wherever the waiting was.
+type resumedRetry struct {
+	r   backend.Retry
+	n   int
+	due time.Time
 }
 
-func (o offsetRetry) Backoff(attempt int) (time.Duration, bool) { return o.r.Backoff(attempt + o.n) }
+func (o resumedRetry) Backoff(attempt int) (time.Duration, bool) {
+	if attempt == 1 {
+		return time.Until(o.due), true // the rest of the delay under way
+	}
+	return o.r.Backoff(attempt - 1 + o.n)
+}

@@ -179,6 +179,56 @@ func TestLocalQueueRetryCarriesOver(t *testing.T) {
 	}
 }
 
+// TestLocalQueueRetryKeepsItsSchedule: the waiting in the process counts
+// against a retry strategy as the waiting in Redis would, no more: a
+// waiter handed the in-process lock during the strategy's first delay,
+// while another process takes the Redis lock, checks Redis at once (an
+// early check, which costs nothing) and then waits out the rest of that
+// delay before its counted check. It does not give up before the delay
+// is over.
+func TestLocalQueueRetryKeepsItsSchedule(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithLocalQueue())
+	other := newClientOn(t, rdb) // another process
+	ctx := context.Background()
+	mine := mustLock(t, c, "r")
+	// One counted check after delay, then give up: about delay in all.
+	const delay = 500 * time.Millisecond
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "r", WithRetry(FixedRetry(delay, 1)))
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue in the process", func() bool { return localWaiting(c, "r") == 1 })
+	theirs := make(chan *Lock, 1)
+	go func() {
+		l, _ := other.Lock(ctx, "r")
+		theirs <- l
+	}()
+	waitUntil(t, 5*time.Second, "the other process to queue", func() bool { return queued(t, rdb, c, "r") == 1 })
+	if time.Since(start) >= delay/2 {
+		t.Fatalf("setup took %v: too slow to test a hand-over within the first delay (%v)", time.Since(start), delay)
+	}
+	// The Redis lock goes to the other process, the in-process one to
+	// our waiter.
+	if err := mine.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	waited := time.Since(start)
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+	}
+	// Time is the subject: it gives up at its counted check, when the
+	// delay is over, give or take a timer's lateness on a loaded machine.
+	if waited < delay || waited > delay+250*time.Millisecond {
+		t.Errorf("gave up after %v, want about the strategy's delay (%v)", waited, delay)
+	}
+	if l := <-theirs; l != nil {
+		_ = l.Unlock(ctx)
+	}
+}
+
 func TestLocalQueueMutualExclusion(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -367,4 +417,58 @@ func TestLocalQueueHookPanicSizingLeaseDoesNotWedgeTheKey(t *testing.T) {
 		t.Fatalf("Lock after the panicked call: %v", err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// TestLocalQueueLostLockLetsTheNextGoroutineIn: the in-process lock
+// mirrors the Redis lock. A holder stuck past WithMaxHold loses the lock
+// (other processes may take it): the Client's next goroutine gets its turn
+// then too, not only at the stuck holder's Unlock. That late Unlock, and
+// its re-entered Lock's, give nothing back a second time.
+func TestLocalQueueLostLockLetsTheNextGoroutineIn(t *testing.T) {
+	c, _, _ := newTestClient(t, WithLocalQueue())
+	ctx := context.Background()
+	const lease, maxHold = 100 * time.Millisecond, 100 * time.Millisecond
+	stuck := mustLock(t, c, "k", WithTTL(lease), WithMaxHold(maxHold))
+	inner, err := c.Lock(stuck.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan *Lock, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "k")
+		errs <- err
+		next <- l
+	}()
+	waitUntil(t, 5*time.Second, "the next goroutine to wait", func() bool { return localWaiting(c, "k") == 1 })
+	<-stuck.Done()
+	if !errors.Is(context.Cause(stuck.Context()), ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", context.Cause(stuck.Context()))
+	}
+	// The next goroutine's turn in the process comes with the loss; the
+	// Redis key expires a drift margin later.
+	waitUntil(t, time.Second, "the next goroutine to get the in-process lock", func() bool { return localWaiting(c, "k") == 0 })
+	if err := <-errs; err != nil {
+		t.Fatalf("the next goroutine's Lock: %v", err)
+	}
+	l := <-next
+	// The stuck holder's late Unlocks report the loss and give nothing back.
+	if err := inner.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("inner Unlock after the loss = %v, want ErrNotHeld", err)
+	}
+	if err := stuck.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock after the loss = %v, want ErrLockLost", err)
+	}
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock while the next goroutine holds the lock = %v, want ErrNotObtained", err)
+	}
+	if _, held := c.ext.local.waiting("k"); !held || l.Context().Err() != nil {
+		t.Fatalf("the next goroutine's in-process lock: held %v, Context %v", held, l.Context().Err())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.ext.local.size(); n != 0 {
+		t.Errorf("%d keys left in the local locks", n)
+	}
 }

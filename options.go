@@ -117,7 +117,8 @@ func WithoutRenewal() LockOption {
 
 // WithMaxHold stops renewal once the lock has been held for d, so a holder
 // stuck in its critical section cannot keep the lock forever. The lock is
-// then lost when the last lease runs out.
+// then lost when the last lease runs out. A degraded lock
+// (WithDegradedMode), which has no lease, is lost once held for d.
 func WithMaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.maxHold = d }
 }

@@ -332,7 +332,11 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 			if lost == nil {
 				lost = make(map[*hold]error)
 			}
-			lost[h] = fmt.Errorf("%w: the lease ran out before it could be renewed", ErrLockLost)
+			why := "the lease ran out before it could be renewed"
+			if h.x != nil && h.x.degraded {
+				why = "held for its max hold" // no lease: WithMaxHold's deadline
+			}
+			lost[h] = fmt.Errorf("%w: %s", ErrLockLost, why)
 			delete(w.holds, h)
 			continue
 		}
