@@ -124,7 +124,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // (ErrLockLost, Observer reason LostReleaseFailed) and it is renewed no
 // more, so Redis frees it at once or when its lease runs out. Calling
 // Unlock again after an error is safe: it never releases more than this
-// Lock's own hold.
+// Lock's own hold. A Redlock Client (package redlock) sends the release
+// even if ctx has ended, and then waits for the nodes' answers up to its
+// per-node timeout of releases (at most 1 s unless redlock.Config's
+// NodeTimeout is longer).
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -374,6 +374,46 @@ func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
 	}
 }
 
+// A release that hands the lock over but whose message the server refuses
+// (an ACL that lets the user run the scripts on the lock's keys but no
+// pub/sub channel) has still released the lock: Unlock reports that, not
+// an error, and the waiter finds the lock handed to it at its next check.
+func TestHandOverWithWakeChannelDeniedByACL(t *testing.T) {
+	srv := redistest.Start(t)
+	if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	// The waiter re-checks every second (its queue TTL / 3).
+	c1 := newClientOn(t, rdb, WithQueueTTL(3*time.Second))
+	c2 := newClientOn(t, rdb, WithQueueTTL(3*time.Second))
+	ctx := context.Background()
+	l := mustLock(t, c1, "wake")
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1) // the goroutine never blocks, even after a failed test
+	go func() {
+		l2, err := c2.Lock(ctx, "wake")
+		got <- result{l2, err}
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock with the wake channel denied = %v, want nil: the lock was handed over", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.l.Unlock(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
+
 func handOverWakesWaiter(t *testing.T, rdb *redis.Client, c1, c2 *Client) {
 	ctx := context.Background()
 	l := mustLock(t, c1, "wake")

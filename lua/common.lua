@@ -140,10 +140,12 @@ local function hand_over(now_ms, now_us)
       local msg = head .. ' ' .. fence
       local channel = KEYS[5] .. ':' .. client
       -- Sharded pub/sub keeps the message on the lock's shard; servers
-      -- before 7.0 lack it and get the classic command.
+      -- before 7.0 lack it and get the classic command. pcall both: the
+      -- hand-over stands even if the server refuses the message (an ACL
+      -- without the channel); the waiter finds it at its next check.
       local sent = redis.pcall('SPUBLISH', channel, msg)
       if type(sent) == 'table' and sent.err then
-        redis.call('PUBLISH', channel, msg)
+        redis.pcall('PUBLISH', channel, msg)
       end
       return head, fence
     end

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -71,7 +72,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			return backend.Grant{}, fmt.Errorf("redlock: lock %q: waiting ended: %w", r.Key, ctx.Err())
 		case b.isClosed():
 			return backend.Grant{}, fmt.Errorf("redlock: lock %q: %w", r.Key, dlock.ErrClosed)
-		case !r.Wait:
+		case !r.Wait, res.wrongType:
 			return backend.Grant{}, res.err
 		}
 		if res.noQuorum {
@@ -175,6 +176,10 @@ type tryResult struct {
 	blocked  bool           // other owners hold the lock on a majority
 	pttl     time.Duration  // the least remaining lease of the other owners' holds
 	owners   map[string]int // the other owners' tokens: on how many nodes each refused
+	// wrongType: a majority cannot be had, because too many nodes hold a
+	// value that is not a lock at its name (dlock.ErrWrongType): waiting
+	// would not end.
+	wrongType bool
 }
 
 // acquireReply is a node's answer to acquire.lua.
@@ -289,6 +294,13 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	b.releaseAttempt(ctx, k, token, mayHold, len(granted) > 0 && !majorityOwner, timeout, b.opTimeout(r.TTL))
 
 	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
+	wrongType := 0
+	for _, e := range errs {
+		if errors.Is(e, dlock.ErrWrongType) {
+			wrongType++
+		}
+	}
+	res.wrongType = wrongType > n-q
 	kind := dlock.ErrNotObtained
 	if len(granted)+refused < q {
 		kind, res.noQuorum = ErrNoQuorum, true

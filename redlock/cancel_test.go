@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testutil"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // gateAcquire holds back the acquire script of key on one node, as a
@@ -168,5 +170,83 @@ func TestUnlockWithCancelledContext(t *testing.T) {
 	defer l2.Unlock(ctx)
 	if l.Context().Err() == nil {
 		t.Errorf("B holds the lock while A's Context is live (A's Unlock = %v)", uerr)
+	}
+}
+
+// releaseRecorder records the Observer's release outcomes and losses.
+type releaseRecorder struct {
+	dlock.NopObserver
+	mu       sync.Mutex
+	releases []dlock.ReleaseEndEvent
+	losts    []dlock.LostEvent
+}
+
+func (r *releaseRecorder) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, e)
+}
+
+func (r *releaseRecorder) Lost(e dlock.LostEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losts = append(r.losts, e)
+}
+
+// A deferred Unlock with the request's ended context sends the release
+// anyway (it outlives the caller), so Unlock waits for the nodes' answers
+// and reports what they did: the lock was released, not "no majority
+// answered" with the lock given up as release_failed.
+func TestUnlockWithEndedContextReportsTheRelease(t *testing.T) {
+	cl := startCluster(t, 3)
+	rec := &releaseRecorder{}
+	c := cl.patientLocker(t, dlock.WithObserver(rec))
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Unlock(cctx); err != nil {
+		t.Errorf("Unlock with an ended context = %v, want nil: the release ran", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrReleased) {
+		t.Errorf("Context cause = %v, want ErrReleased", cause)
+	}
+	if on := cl.holders(t, "job", l.Token()); len(on) >= 2 {
+		t.Errorf("a majority (nodes %v) still holds the lock after Unlock", on)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.releases) != 1 || rec.releases[0].Outcome != dlock.ReleaseOK {
+		t.Errorf("releases = %+v, want one, ok", rec.releases)
+	}
+	if len(rec.losts) != 0 {
+		t.Errorf("losts = %+v, want none", rec.losts)
+	}
+}
+
+// Unlock with an ended context still returns within the per-node timeout
+// of releases when a majority of the nodes hang.
+func TestUnlockWithEndedContextWaitsAtMostTheNodeTimeout(t *testing.T) {
+	cl := startCluster(t, 3)
+	const nodeTimeout = 300 * time.Millisecond
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: nodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// A lease of 1.2 s: releases wait max(NodeTimeout, lease/4) = 300 ms.
+	l := lockEveryNode(t, cl, c, "job", dlock.WithTTL(1200*time.Millisecond))
+	cl.srvs[1].Pause(t)
+	cl.srvs[2].Pause(t)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	start := time.Now()
+	err = l.Unlock(cctx)
+	if d := time.Since(start); d > nodeTimeout+200*time.Millisecond {
+		t.Errorf("Unlock with two of three nodes hung took %v, want about %v", d, nodeTimeout)
+	}
+	if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("Unlock with two of three nodes hung = %v, want ErrNoQuorum and ErrNodeTimeout", err)
 	}
 }

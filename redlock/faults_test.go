@@ -538,7 +538,7 @@ func TestCloseWaitsForTheAttemptUnderWay(t *testing.T) {
 	// Node 1 is held by another owner, node 2 hangs: the attempt gets node
 	// 0 only, waits for node 2 up to the per-node timeout, and then
 	// releases on nodes 0 and 2.
-	cl.rdbs[1].HSet(ctx, lockKey("job"), "x", 1)
+	cl.rdbs[1].HSet(ctx, lockKey("job"), "x", 1, ":at", 0)
 	cl.rdbs[1].PExpire(ctx, lockKey("job"), 10*time.Second)
 	cl.srvs[2].Pause(t)
 	errc := make(chan error, 1)
@@ -560,5 +560,70 @@ func TestCloseWaitsForTheAttemptUnderWay(t *testing.T) {
 		if d := h.lastEnd().Sub(closed); d > 100*time.Millisecond {
 			t.Errorf("node %d: a request was in flight %v after Close returned", i, d.Round(time.Millisecond))
 		}
+	}
+}
+
+// A node that refuses a waiter's SUBSCRIBE with an error reply (an ACL
+// without the channel, while an operator edits it) keeps the connection:
+// go-redis does not reconnect and resubscribe, so the subscription must be
+// tried again, or that node's wake-ups are lost for the Client's life.
+func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
+	cl := startCluster(t, 3)
+	ctx := context.Background()
+	channel := lockKey("job") + ":wake"
+	var nodes []redis.UniversalClient
+	for i, srv := range cl.srvs {
+		channels := "allchannels"
+		if i == 0 {
+			channels = "resetchannels" // node 0 refuses every channel, for now
+		}
+		if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", channels, "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	holder := cl.locker(t)
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	l := lockEveryNode(t, cl, holder, "job")
+	got := make(chan error, 1) // the goroutine never blocks, even after a failed test
+	go func() {
+		l2, err := waiter.Lock(ctx, "job")
+		if err == nil {
+			err = l2.Unlock(ctx)
+		}
+		got <- err
+	}()
+	numsub := func(i int) int64 { return cl.rdbs[i].PubSubNumSub(ctx, channel).Val()[channel] }
+	waitUntil(t, 5*time.Second, "node 0 to refuse the waiter's SUBSCRIBE", func() bool {
+		entries, _ := cl.rdbs[0].Do(ctx, "ACL", "LOG").Val().([]any)
+		for _, e := range entries {
+			if m, ok := e.(map[any]any); ok && m["object"] == channel {
+				return true
+			}
+		}
+		return false
+	})
+	waitUntil(t, 5*time.Second, "the waiter to subscribe on nodes 1 and 2", func() bool { return numsub(1) == 1 && numsub(2) == 1 })
+	if err := cl.rdbs[0].Do(ctx, "ACL", "SETUSER", "locker", "allchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Retried within the longest backoff (1 s).
+	waitUntil(t, 3*time.Second, "the waiter to subscribe on node 0 once allowed", func() bool { return numsub(0) == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the released lock")
 	}
 }

@@ -215,17 +215,19 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 // deletes the lock and wakes the waiters. It returns the holds left when a
 // majority held the lock, -1 when a majority did not, and an *Error when
 // too few nodes answered to tell.
+//
+// The releases are sent, and waited for up to the per-node timeout, even
+// if ctx has ended: a deferred Unlock with the request's ended context is
+// the common case, and a release applied behind the caller's back must not
+// be reported as failed (the lock would be given up as release_failed
+// while the nodes had released it).
 func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	d := data(l)
 	d.stopAcquire()
 	timeout := b.opTimeout(d.lease)
 	held := func(v int64) bool { return v >= 0 }
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		// A release to a slow node should still be applied after Unlock
-		// returned and its caller cancelled ctx: only the deadline counts.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		return releaseScript.Run(dctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
+	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return releaseScript.Run(rctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
 	}, func(rs []reply[int64]) bool {
 		v := countVotes(rs, held)
 		return v.yes >= b.quorum || v.no > len(b.nodes)-b.quorum

@@ -46,6 +46,15 @@
 // every waiter of the key (each retries after a small random delay, and one
 // of them takes the lock).
 //
+// # Unlock
+//
+// Unlock sends the release to every node even if its ctx has ended (a
+// deferred Unlock with the request's context), and waits for the nodes'
+// answers until a majority decided it, at most the per-node timeout of
+// releases (max(NodeTimeout, min(lease/4, 1 s))): it reports what the
+// nodes did, where the single-node Client sends nothing with an ended ctx
+// and returns its error.
+//
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
 // ContextTimeoutEnabled clients), and for the waiters' pub/sub connection
@@ -103,7 +112,8 @@ type Config struct {
 	// Default: lease/10, between 2 ms and MaxNodeTimeout. It must be well
 	// below the lease, since the time spent waiting is taken off the
 	// validity. Renewals, releases and reads wait max(NodeTimeout,
-	// min(lease/4, 1 s)).
+	// min(lease/4, 1 s)); releases wait that long even if the caller's
+	// context has ended.
 	NodeTimeout time.Duration
 	// RetryDelay bounds the random delay before retrying an attempt that
 	// got no majority although the lock was not held by anyone else (a race

@@ -259,7 +259,8 @@ func (c *cluster) split(t *testing.T, key string, ttl time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	for i, tok := range []string{"x", "x", "y"} {
-		if err := c.rdbs[i].HSet(ctx, lockKey(key), tok, 1).Err(); err != nil {
+		// ':at', as every grant writes: a hash without it is not a lock.
+		if err := c.rdbs[i].HSet(ctx, lockKey(key), tok, 1, ":at", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		c.rdbs[i].PExpire(ctx, lockKey(key), ttl)
@@ -414,6 +415,68 @@ func TestWrongTypeKey(t *testing.T) {
 	}
 	if cl.rdbs[2].Exists(ctx, lockKey("str")).Val() != 0 {
 		t.Error("the failed attempt kept its hold on the third node")
+	}
+}
+
+// A hash at the lock's name that is not a lock (other data: no ':at', which
+// every grant writes) is a value of the wrong type, as for package dlock:
+// Lock must not wait for it to be released, TryLock must not call it held
+// elsewhere, and neither writes into it.
+func TestForeignHashIsWrongType(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	for _, rdb := range cl.rdbs[:2] {
+		rdb.HSet(ctx, lockKey("hash"), "user", "alice")
+	}
+	if _, err := c.TryLock(ctx, "hash"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryLock on a hash that is not a lock = %v, want ErrWrongType", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Lock(wctx, "hash"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Lock on a hash that is not a lock = %v, want ErrWrongType", err)
+	}
+	for i, rdb := range cl.rdbs[:2] {
+		if got := rdb.HGetAll(ctx, lockKey("hash")).Val(); len(got) != 1 || got["user"] != "alice" {
+			t.Errorf("node %d: the foreign hash is now %v", i, got)
+		}
+		if ttl := rdb.PTTL(ctx, lockKey("hash")).Val(); ttl != -1 {
+			t.Errorf("node %d: the foreign hash got an expiry: %v", i, ttl)
+		}
+	}
+	if cl.rdbs[2].Exists(ctx, lockKey("hash")).Val() != 0 {
+		t.Error("the failed attempts kept their hold on the third node")
+	}
+}
+
+// A release whose wake-up message the server refuses (an ACL that lets the
+// user run the scripts on the lock's keys but not publish on its channel)
+// has still released the lock: Unlock reports that, not an error.
+func TestReleaseWithWakeChannelDeniedByACL(t *testing.T) {
+	cl := startCluster(t, 3)
+	var nodes []redis.UniversalClient
+	for _, srv := range cl.srvs {
+		// Every command on the lock's keys, no pub/sub channel.
+		if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", "resetchannels", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job")
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock with the wake channel denied = %v, want nil: the lock was released", err)
+	}
+	if on := cl.holders(t, "job", l.Token()); len(on) > 0 {
+		t.Errorf("nodes %v still hold the lock", on)
 	}
 }
 

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -16,7 +17,9 @@ const (
 	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE call.
 	subscribeTimeout = time.Second
 	// A pub/sub connection that failed is retried after a backoff growing
-	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes).
+	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes;
+	// after an error reply, which leaves the connection as it is, the hub
+	// subscribes again itself).
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
 )
@@ -33,7 +36,9 @@ const (
 // the nodes that confirmed its subscription, and waiters are woken (to
 // check again) when that count reaches a majority; any majority of nodes
 // shares one with the majority a holder releases on. A connection that
-// breaks wakes the waiters too, since messages may have been lost.
+// breaks wakes the waiters too, since messages may have been lost, and so
+// does an error reply (a SUBSCRIBE refused): then every channel is
+// subscribed again on that node.
 type hub struct {
 	b      *redlock
 	ctx    context.Context // cancelled by close: ends calls to a hung node
@@ -120,6 +125,9 @@ type nodeSub struct {
 	dirty chan struct{} // the set of channels changed
 	stop  chan struct{}
 	live  bool // guarded by hub.mu: delivered something since it last broke
+	// resub, guarded by hub.mu, tells control to subscribe every channel
+	// again: an error reply may have refused some of them.
+	resub bool
 }
 
 func newHub(b *redlock) *hub {
@@ -294,6 +302,17 @@ func (h *hub) broken(s *nodeSub) {
 	}
 }
 
+// resubscribe has node s subscribe every channel again.
+func (h *hub) resubscribe(s *nodeSub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.resub = true
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
 // close stops every connection and goroutine of the hub.
 func (h *hub) close() {
 	h.mu.Lock()
@@ -331,10 +350,12 @@ func (s *nodeSub) control() {
 		}
 		var add, drop []string
 		h.mu.Lock()
+		resub := s.resub
+		s.resub = false
 		for name, c := range h.chans {
 			// A channel dropped and created again is subscribed again, so
 			// that the new one gets its confirmation.
-			if subscribed[name] != c {
+			if subscribed[name] != c || resub {
 				add = append(add, name)
 				subscribed[name] = c
 			}
@@ -386,6 +407,13 @@ func (s *nodeSub) read() {
 				t.Stop()
 				return
 			case <-t.C:
+			}
+			if errors.As(err, new(redis.Error)) {
+				// An error reply (a SUBSCRIBE refused by an ACL, say): the
+				// connection is sound, so go-redis does not reconnect and
+				// resubscribe, and a refused channel would stay
+				// unsubscribed for good. Subscribe them all again.
+				h.resubscribe(s)
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue

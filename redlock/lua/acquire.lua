@@ -7,7 +7,10 @@
 -- counter, now_us its clock in microseconds), or {0, pttl, owner} when
 -- another token holds the lock here.
 -- Reads come first: a key of the wrong type or a corrupt counter fails the
--- script before anything is written.
+-- script before anything is written. A hash without ':at' is not a lock
+-- either (other data at its name; every grant writes ':at' with the token,
+-- while ':fence' only comes with fence.lua): it is WRONGTYPE, not a holder
+-- to wait for.
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not counter then
   return redis.error_reply('ERR redlock: the fence counter ' .. KEYS[2] .. ' is not a number')
@@ -15,11 +18,18 @@ end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- HGET fails with WRONGTYPE if the key is not a lock.
+  -- HGET fails with WRONGTYPE if the key is not a hash.
   if not redis.call('HGET', KEYS[1], ARGV[1]) then
-    local owner = ''
+    local owner, lock = '', false
     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      if string.sub(f, 1, 1) ~= ':' then owner = f break end
+      if f == ':at' then
+        lock = true
+      elseif owner == '' and string.sub(f, 1, 1) ~= ':' then
+        owner = f
+      end
+    end
+    if not lock then
+      return redis.error_reply('WRONGTYPE the lock key holds a hash that is not a lock')
     end
     return {0, redis.call('PTTL', KEYS[1]), owner}
   end

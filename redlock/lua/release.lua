@@ -13,5 +13,8 @@ if keep > 0 then
   return keep
 end
 redis.call('DEL', KEYS[1])
-if ARGV[3] == '1' then redis.call('PUBLISH', KEYS[2], ARGV[1]) end
+-- pcall: the release stands even if the server refuses the message (an ACL
+-- without the channel); blocked waiters then retry when the lease they were
+-- refused for would have run out.
+if ARGV[3] == '1' then redis.pcall('PUBLISH', KEYS[2], ARGV[1]) end
 return 0
