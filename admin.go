@@ -76,29 +76,68 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	return info, nil
 }
 
-// ForceRelease removes a lock whoever holds it, for an operator clearing a
-// stuck lock; the next waiter gets it. The holder is not told until its
-// next renewal. It returns an error wrapping ErrNotHeld if the lock was
-// free, and errors.ErrUnsupported on a Client made by redlock.New.
-func (c *Client) ForceRelease(ctx context.Context, key string) error {
+// ForceReleaseOption configures ForceRelease.
+type ForceReleaseOption func(*forceReleaseConfig)
+
+type forceReleaseConfig struct {
+	owner    string
+	ownerSet bool
+}
+
+// WithExpectedOwner makes ForceRelease remove the lock only if token (the
+// LockInfo.Owner that Inspect read) holds it, checked by the script that
+// removes it: an operator removes the holder they inspected, never one that
+// took the lock since. If the lock is free, or another token holds it,
+// nothing is removed and ForceRelease returns an error wrapping ErrNotHeld.
+func WithExpectedOwner(token string) ForceReleaseOption {
+	return func(c *forceReleaseConfig) { c.owner, c.ownerSet = token, true }
+}
+
+// ForceRelease removes a lock whoever holds it (or only its expected owner,
+// WithExpectedOwner), for an operator clearing a stuck lock; the next
+// waiter gets it. The holder is not told until its next renewal. It
+// returns an error wrapping ErrNotHeld if nothing was removed, and
+// errors.ErrUnsupported on a Client made by redlock.New.
+func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceReleaseOption) error {
+	var cfg forceReleaseConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	// The lock hash's other fields start with ':'.
+	if cfg.ownerSet && (cfg.owner == "" || strings.HasPrefix(cfg.owner, ":")) {
+		return fmt.Errorf("%w: expected owner %q is not a token", ErrInvalidOption, cfg.owner)
+	}
 	n, err := c.admin(key)
 	if err != nil {
 		return err
 	}
-	removed, err := forceReleaseScript.Run(ctx, n.rdb, n.keys(key).all()).Int()
+	var args []any
+	if cfg.ownerSet {
+		args = append(args, cfg.owner)
+	}
+	removed, err := forceReleaseScript.Run(ctx, n.rdb, n.keys(key).all(), args...).Int()
 	if err != nil {
 		return redisError("force release", key, err)
 	}
-	if removed == 0 {
+	switch removed {
+	case 0:
 		return fmt.Errorf("dlock: force release %q: %w", key, ErrNotHeld)
+	case -1:
+		return fmt.Errorf("dlock: force release %q: another token holds it now: %w", key, ErrNotHeld)
 	}
 	return nil
 }
 
 // List returns the names of the locks that exist (held now) whose names
 // match pattern (a Redis glob; "" or "*" for all). It walks the keyspace
-// with SCAN, never KEYS, on every master of a cluster. On a Client made by
-// redlock.New it returns an error wrapping errors.ErrUnsupported.
+// with SCAN, never KEYS, on every master of a cluster. SCAN filters by name
+// and type only: a name may be that of a lock released while the scan ran,
+// or of a hash that other code stored at a lock's name (Inspect says
+// ErrWrongType for it), since telling those apart costs a command per key;
+// Inspect each name for the locks' state. On a Client made by redlock.New
+// it returns an error wrapping errors.ErrUnsupported.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	n, err := c.admin("*")
 	if err != nil {

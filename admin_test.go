@@ -78,6 +78,42 @@ func TestForceReleaseWakesWaiter(t *testing.T) {
 	}
 }
 
+// WithExpectedOwner: ForceRelease removes the holder an operator inspected,
+// never one that took the lock since.
+func TestForceReleaseExpectedOwner(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	old := mustLock(t, c, "k")
+	read, err := c.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ForceRelease(ctx, "k", WithExpectedOwner(read.Owner)); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("ForceRelease of a free lock, expecting its old owner = %v, want ErrNotHeld", err)
+	}
+	taker := mustLock(t, c, "k")
+	if err := c.ForceRelease(ctx, "k", WithExpectedOwner(read.Owner)); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("ForceRelease of another's lock, expecting its old owner = %v, want ErrNotHeld", err)
+	}
+	for _, bad := range []string{"", ":fence"} {
+		if err := c.ForceRelease(ctx, "k", WithExpectedOwner(bad)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("ForceRelease expecting owner %q = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	if info, err := c.Inspect(ctx, "k"); err != nil || !info.Held || info.Owner != taker.Token() {
+		t.Fatalf("the new holder lost the lock: %+v, %v", info, err)
+	}
+	if err := c.ForceRelease(ctx, "k", WithExpectedOwner(taker.Token())); err != nil {
+		t.Fatalf("ForceRelease expecting the holder = %v", err)
+	}
+	if info, err := c.Inspect(ctx, "k"); err != nil || info.Held {
+		t.Errorf("still held after ForceRelease expecting its holder: %+v, %v", info, err)
+	}
+}
+
 func TestList(t *testing.T) {
 	c, _, _ := newTestClient(t)
 	ctx := context.Background()
@@ -269,7 +305,8 @@ func TestInspectCountsLiveWaitersOnly(t *testing.T) {
 // ForceRelease say ErrWrongType (TestWrongTypeKey). Inspect must say so too,
 // not report it held by "the token" named after one of its fields, with no
 // lease: an operator would then see a held lock that release --force
-// refuses as the wrong type.
+// refuses as the wrong type. List names it, as its godoc says: SCAN cannot
+// tell it from a lock.
 func TestInspectHashThatIsNotALock(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
@@ -280,5 +317,8 @@ func TestInspectHashThatIsNotALock(t *testing.T) {
 	}
 	if err := c.ForceRelease(ctx, "foreign"); !errors.Is(err, ErrWrongType) {
 		t.Errorf("ForceRelease of a hash that is not a lock = %v, want ErrWrongType", err)
+	}
+	if names, err := c.List(ctx, ""); err != nil || !reflect.DeepEqual(names, []string{"foreign"}) {
+		t.Errorf("List() = %q, %v; want the hash's name, as documented", names, err)
 	}
 }

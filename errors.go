@@ -26,7 +26,7 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
-	// ErrInvalidKey: the key is empty or too long.
+	// ErrInvalidKey: the key is empty or longer than MaxKeyLen.
 	ErrInvalidKey = errors.New("dlock: invalid key")
 	// ErrInvalidTTL: a lease or duration is out of range.
 	ErrInvalidTTL = errors.New("dlock: invalid ttl")

@@ -50,8 +50,8 @@ func validateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) > maxKeyLen {
-		return fmt.Errorf("%w: key longer than %d bytes", ErrInvalidKey, maxKeyLen)
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key longer than %d bytes", ErrInvalidKey, MaxKeyLen)
 	}
 	return nil
 }

@@ -23,9 +23,10 @@ const (
 	// DefaultQueueTTL is how long a waiter keeps its place in a lock's queue
 	// without refreshing it. A waiter that dies leaves the queue within it.
 	DefaultQueueTTL = 3 * time.Second
-	// maxKeyLen bounds a lock name; Redis allows more, but a name this long
-	// is a bug (or a payload) rather than a resource name.
-	maxKeyLen = 1024
+	// MaxKeyLen is the longest lock name, in bytes, and the longest
+	// metadata (WithMetadata). Redis allows more, but a name this long is a
+	// bug (or a payload) rather than a resource name.
+	MaxKeyLen = 1024
 )
 
 // Option configures a Client.
@@ -159,8 +160,8 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 			return cfg, err
 		}
 	}
-	if len(cfg.meta) > maxKeyLen {
-		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, maxKeyLen)
+	if len(cfg.meta) > MaxKeyLen {
+		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, MaxKeyLen)
 	}
 	// The metadata is stored as JSON, which cannot carry invalid UTF-8.
 	if !utf8.ValidString(cfg.meta) {

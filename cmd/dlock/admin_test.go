@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 // adminServer starts a server of the test's own (list must see only the
@@ -186,9 +188,60 @@ func TestReleaseForce(t *testing.T) {
 	}
 }
 
+// TestReleaseForceChangedHands: release --force removes the holder it read
+// and prints, or nothing. Here the lock changes hands between the two: the
+// proxy holds back the reply that shows the old holder while that one
+// releases and a new one takes the lock. The new holder keeps it, and dlock
+// says that nothing was removed, with status 1.
+func TestReleaseForceChangedHands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := lockClient(t, srv.Addr())
+	ctx := context.Background()
+	old, err := c.Lock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	read := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(old.Token())) })
+
+	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "release", "--force", "k")
+	select {
+	case <-read:
+	case <-time.After(processTimeout):
+		t.Fatal("release --force never read the lock")
+	}
+	if err := old.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taker, err := c.Lock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Thaw()
+
+	if code := p.wait(t); code != exitFailure {
+		t.Errorf("exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitFailure, p.stdout.String(), p.stderr.String())
+	}
+	if got := lines(p.stderr.String()); len(got) != 1 || !strings.Contains(got[0], "nothing was removed") || !strings.Contains(got[0], old.Token()) {
+		t.Errorf("stderr %q: want one line saying the holder read is gone and nothing was removed", p.stderr.String())
+	}
+	if strings.Contains(p.stdout.String(), "released") {
+		t.Errorf("stdout says a lock was released:\n%s", p.stdout.String())
+	}
+	if info := inspect(t, c, "k"); !info.Held || info.Owner != taker.Token() {
+		t.Errorf("the new holder lost the lock: %+v", info)
+	}
+}
+
 // Output that cannot be written (a full disk) is a failure, 1 ("anything
-// else"): not 64, which means usage ("bad flag, duration or URL, missing
-// --"), nor success, which a script would take for a complete output.
+// else"), also for the commands that print as they go (bench, demo): not
+// 64, which means usage ("bad flag, duration or URL, missing --"), nor
+// success, which a script would take for a complete output.
 func TestOutputWriteErrorFails(t *testing.T) {
 	t.Parallel()
 	url, c := adminServer(t)
@@ -202,6 +255,9 @@ func TestOutputWriteErrorFails(t *testing.T) {
 		{"--redis", url, "list"},
 		{"--redis", url, "list", "--long"},
 		{"version"},
+		{"--redis", url, "bench", "--duration", "100ms", "--goroutines", "1", "--workers", "0"},
+		{"--redis", url, "bench", "--duration", "100ms", "--goroutines", "0", "--workers", "2", "--json"},
+		{"--redis", url, "demo", "--workers", "2", "--increments", "1", "--lease", "100ms"},
 		{"--redis", url, "release", "--force", "k"}, // last: it removes k
 	} {
 		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)

@@ -69,7 +69,7 @@ of the dlock repository.`,
 				// Flags only: --private overrides $DLOCK_REDIS_URL.
 				return usagef("--private starts its own server: drop --redis, --sentinel and --cluster")
 			}
-			return a.bench(f)
+			return a.printing(func() error { return a.bench(f) })
 		},
 	}
 	fs := cmd.Flags()

@@ -179,18 +179,33 @@ func (a *app) connect(ctx context.Context, name string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
-	}
+	// New checks the options (--prefix) without a round trip: bad input is
+	// a usage error whether or not Redis can be reached.
 	locks, err := dlock.New(rdb, dlock.WithPrefix(a.conn.prefix), dlock.WithClientName(name), dlock.WithLogger(a.log))
 	if err != nil {
 		_ = rdb.Close()
 		return nil, usagef("%v", err)
 	}
-	return &conn{rdb: rdb, locks: locks, desc: desc}, nil
+	c := &conn{rdb: rdb, locks: locks, desc: desc}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
+	}
+	return c, nil
+}
+
+// checkKey refuses a lock name the library would refuse, before anything
+// connects: bad input is a usage error whether or not Redis can be reached.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return usagef("%v: empty key", dlock.ErrInvalidKey)
+	case len(key) > dlock.MaxKeyLen:
+		return usagef("%v: key longer than %d bytes", dlock.ErrInvalidKey, dlock.MaxKeyLen)
+	}
+	return nil
 }
 
 // redisFailure maps an error from the library to an exit status: bad input

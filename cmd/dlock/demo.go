@@ -55,7 +55,7 @@ The exit status is 0 if every check passed, 1 if one failed.`,
 			if f.lease < 100*time.Millisecond || f.lease > dlock.MaxTTL {
 				return usagef("--lease %v: must be between 100ms and %v", f.lease, dlock.MaxTTL)
 			}
-			return a.demo(f)
+			return a.printing(func() error { return a.demo(f) })
 		},
 	}
 	fs := cmd.Flags()

@@ -49,6 +49,11 @@ func TestBadInput(t *testing.T) {
 		{"unknown command", nil, []string{"lock", "k"}, exitUsage, `unknown command "lock"`},
 		{"unreachable", nil, []string{"--redis", "redis://:" + secret + "@" + stopped.Addr(), "run", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
 		{"unreachable from environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@" + stopped.Addr()}, []string{"inspect", "k"}, exitUnavailable, "cannot reach Redis"},
+		// Bad input is a usage error whether or not Redis can be reached.
+		{"bad prefix, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "--prefix", "a{b", "inspect", "k"}, exitUsage, "prefix contains '{'"},
+		{"empty key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "inspect", ""}, exitUsage, "invalid key: empty key"},
+		{"long key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "release", "--force", strings.Repeat("k", 1025)}, exitUsage, "invalid key: key longer than 1024 bytes"},
+		{"empty run key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "", "--", "echo", "ran"}, exitUsage, "invalid key: empty key"},
 		{"wrong password", nil, []string{"--redis", "redis://:" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "WRONGPASS"},
 		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
 	} {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 )
 
 // Exit statuses. The usage, unavailable and not-obtained values follow
@@ -44,6 +45,35 @@ func outputFailed(err error) error {
 		return nil
 	}
 	return exitf(exitFailure, "writing the output: %v", err)
+}
+
+// checkedOutput is the output of the commands that print as they go (demo,
+// bench): it keeps the first write error and writes nothing after it, so
+// that printing needs no check of its own (see printing).
+type checkedOutput struct {
+	w   io.Writer
+	err error
+}
+
+func (o *checkedOutput) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	o.err = err
+	return n, err
+}
+
+// printing runs a command that prints as it goes, and fails it (exit status
+// 1, outputFailed) if any of its output could not be written. An error of
+// the command's own comes first.
+func (a *app) printing(run func() error) error {
+	out := &checkedOutput{w: a.stdout}
+	a.stdout = out
+	if err := run(); err != nil {
+		return err
+	}
+	return outputFailed(out.err)
 }
 
 // exitStatus returns the status an error from a command maps to: its own

@@ -29,6 +29,9 @@ the last one issued. The exit status is 0 whether the lock is held or free.`,
 		Args:              exactArgs(1, "one KEY"),
 		ValidArgsFunction: a.completeKeys,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkKey(args[0]); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
 			c, err := a.connect(ctx, "dlock inspect")

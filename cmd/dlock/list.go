@@ -19,7 +19,9 @@ func (a *app) listCmd() *cobra.Command {
 		Long: `List prints the names of the locks held now under --prefix, one a line,
 sorted. PATTERN is a Redis glob on the lock name (*, ?, [abc]; default all).
 It walks the keyspace with SCAN, never KEYS, on every master of a cluster, so
-it does not block Redis. With --long it also inspects each lock.`,
+it does not block Redis. With --long it also inspects each lock, and leaves
+out the names SCAN cannot tell apart: a lock released meanwhile, and a hash
+that other code stored at a lock's name.`,
 		Example: `  dlock list
   dlock list 'import:*'
   dlock list --long --json`,

@@ -13,7 +13,7 @@ import (
 // releaseReport is what `release --force --json` prints.
 type releaseReport struct {
 	Released bool            `json:"released"`
-	Lock     *dlock.LockInfo `json:"lock"` // as read just before the release
+	Lock     *dlock.LockInfo `json:"lock"` // as read just before the release, removed only if Released
 }
 
 func (a *app) releaseCmd() *cobra.Command {
@@ -27,7 +27,9 @@ once). It prints what it removed, as read just before removing it. The holder
 is not told until its next renewal (within a third of its lease); a 'dlock run'
 holder then stops its command and exits with status 79.
 
-Releasing a lock that is not held changes nothing and exits with status 1.`,
+Only the holder it read is removed: if that one released the lock, or another
+took it, between the read and the removal, nothing is removed and it exits
+with status 1, as for a lock that is not held.`,
 		Example:           `  dlock release --force nightly-report`,
 		Args:              exactArgs(1, "one KEY"),
 		ValidArgsFunction: a.completeKeys,
@@ -36,6 +38,9 @@ Releasing a lock that is not held changes nothing and exits with status 1.`,
 				return usagef("release removes the lock whoever holds it: add --force to confirm")
 			}
 			key := args[0]
+			if err := checkKey(key); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
 			c, err := a.connect(ctx, "dlock release")
@@ -47,13 +52,20 @@ Releasing a lock that is not held changes nothing and exits with status 1.`,
 			if err != nil {
 				return redisFailure(err)
 			}
-			err = c.locks.ForceRelease(ctx, key)
-			if errors.Is(err, dlock.ErrNotHeld) {
+			if !info.Held {
 				if asJSON {
-					info.Held = false
 					_ = writeJSON(a.stdout, releaseReport{Released: false, Lock: info})
 				}
 				return exitf(exitFailure, "lock %q is not held; nothing was removed", key)
+			}
+			// Only the holder read (and printed) is removed, not one that
+			// took the lock since.
+			err = c.locks.ForceRelease(ctx, key, dlock.WithExpectedOwner(info.Owner))
+			if errors.Is(err, dlock.ErrNotHeld) {
+				if asJSON {
+					_ = writeJSON(a.stdout, releaseReport{Released: false, Lock: info})
+				}
+				return exitf(exitFailure, "lock %q is no longer held by owner %s (released, or taken by another, since it was read); nothing was removed", key, info.Owner)
 			}
 			if err != nil {
 				return redisFailure(err)

@@ -78,6 +78,9 @@ Redis unreachable.`,
 			if err := f.validate(cmd); err != nil {
 				return err
 			}
+			if err := checkKey(args[0]); err != nil {
+				return err
+			}
 			return a.run(f, args[0], args[1:])
 		},
 	}

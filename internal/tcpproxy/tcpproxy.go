@@ -13,11 +13,13 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	frozen bool
-	thaw   chan struct{} // closed by Thaw
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	frozen   bool
+	thaw     chan struct{} // closed by Thaw
+	freezeOn func([]byte) bool
+	frozeOn  chan struct{} // closed when freezeOn matched
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // New starts a proxy to target on a free 127.0.0.1 port.
@@ -41,10 +43,27 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.freezeLocked()
+}
+
+func (p *Proxy) freezeLocked() {
 	if !p.frozen {
 		p.frozen = true
 		p.thaw = make(chan struct{})
 	}
+}
+
+// FreezeOn freezes the proxy when a chunk that match reports true for is
+// read, in either direction, and holds that chunk too: a test stops a
+// conversation at a given request or reply (one that carries a token, say)
+// and acts before the client sees that reply. It matches once; the channel
+// it returns is closed when it has. A chunk is what one read returned, so
+// match should look for something short.
+func (p *Proxy) FreezeOn(match func([]byte) bool) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.freezeOn, p.frozeOn = match, make(chan struct{})
+	return p.frozeOn
 }
 
 // Thaw resumes forwarding.
@@ -110,6 +129,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if p.freezeOn != nil && p.freezeOn(buf[:n]) {
+				p.freezeOn = nil
+				close(p.frozeOn)
+				p.freezeLocked()
+			}
 			thaw := p.thaw
 			p.mu.Unlock()
 			<-thaw
