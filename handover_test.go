@@ -324,3 +324,31 @@ func TestStaleHandOverMessageAfterNotHeldCheck(t *testing.T) {
 	}
 	_ = l.Unlock(ctx)
 }
+
+// node_acquire.go: a waiter that reads the holder's lease in its last
+// millisecond (PTTL 0: Redis expires a key only once its time is past)
+// checks again when the lease runs out, not at its periodic check: no
+// message comes when a lease runs out, only the waiter's timer.
+func TestWaiterChecksAgainWhenTheLeaseRunsOut(t *testing.T) {
+	c1, rdb, _ := newTestClient(t)
+	c2 := newClientOn(t, rdb, WithQueueTTL(30*time.Second)) // periodic check every 10 s
+	ctx := context.Background()
+	const lease = 20 * time.Millisecond
+	// The holder stops trusting its lease about 2.2 ms (backend.Drift)
+	// before Redis expires it; the waiter's first check comes at steps of
+	// 0.1 ms from there, so some land in the lease's last millisecond.
+	for i := range 40 {
+		held := mustLock(t, c1, "edge", WithTTL(lease), WithoutRenewal())
+		<-held.Context().Done()
+		for at := time.Now().Add(time.Duration(i) * 100 * time.Microsecond); time.Now().Before(at); {
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		l, err := c2.Lock(wctx, "edge")
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: the waiter did not get the lock within 2 s (asleep until its periodic check): %v", i, err)
+		}
+		_ = l.Unlock(ctx)
+		_ = held.Unlock(ctx) // lost, and found so
+	}
+}

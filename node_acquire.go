@@ -114,8 +114,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			}
 			delay = min(delay, max(time.Until(due), 0))
 		}
-		if pttl := time.Duration(res[1]) * time.Millisecond; pttl > 0 {
-			// The holder's lease runs out by then at the latest.
+		if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
+			// The holder's lease runs out by then at the latest (0: within
+			// its last millisecond, not yet expired).
 			delay = min(delay, pttl+time.Millisecond)
 		}
 		if wt == nil {
