@@ -93,7 +93,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			// would run out without renewal.
 			backoff = 0
 			delay = fallbackWait
-			if res.pttl > 0 {
+			if res.pttl >= 0 {
 				delay = res.pttl + time.Millisecond
 			}
 		} else {
@@ -102,7 +102,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			// growing while nothing changes (a node stays down).
 			delay = randUpTo(b.retryDelay << min(backoff, maxBackoffShift))
 			backoff++
-			if res.pttl > 0 {
+			if res.pttl >= 0 {
 				delay = min(delay, res.pttl+time.Millisecond)
 			}
 		}
@@ -174,7 +174,7 @@ type tryResult struct {
 	err      *Error         // nil: granted
 	noQuorum bool           // too few nodes answered to decide
 	blocked  bool           // other owners hold the lock on a majority
-	pttl     time.Duration  // the least remaining lease of the other owners' holds
+	pttl     time.Duration  // the least remaining lease of the other owners' holds; -1 if none was read
 	owners   map[string]int // the other owners' tokens: on how many nodes each refused
 	// wrongType: a majority cannot be had, because too many nodes hold a
 	// value that is not a lock at its name (dlock.ErrWrongType): waiting
@@ -230,7 +230,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	var granted []int
 	refused := 0
 	owners := make(map[string]int)
-	var pttl time.Duration
+	pttl := time.Duration(-1) // 0 is a lease in its last millisecond
 	var fence, clock uint64
 	for i, rp := range rs {
 		switch {
@@ -242,7 +242,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		default:
 			refused++
 			owners[rp.val.owner]++
-			if p := rp.val.pttl; p > 0 && (pttl == 0 || p < pttl) {
+			if p := rp.val.pttl; p >= 0 && (pttl < 0 || p < pttl) {
 				pttl = p
 			}
 		}

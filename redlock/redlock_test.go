@@ -567,3 +567,29 @@ func TestBlockedWaitersAreNotWokenByFailedAttempts(t *testing.T) {
 		})
 	}
 }
+
+// acquire.go: a waiter refused by holds in their last millisecond (PTTL 0:
+// Redis expires a key only once its time is past) tries again when they
+// run out, not a second later: no message comes when a lease runs out.
+func TestWaiterTriesAgainWhenTheLeasesRunOut(t *testing.T) {
+	cl := startCluster(t, 3)
+	a, b := cl.patientLocker(t), cl.patientLocker(t)
+	ctx := context.Background()
+	const lease = 20 * time.Millisecond
+	// The holder stops trusting its lease a little (the drift margin)
+	// before the nodes expire it; the waiter's first attempt comes at steps
+	// of 0.1 ms from there, so some land in the leases' last millisecond.
+	for i := range 40 {
+		held := mustLock(t, a, "edge", dlock.WithTTL(lease), dlock.WithoutRenewal())
+		<-held.Context().Done()
+		for at := time.Now().Add(time.Duration(i) * 100 * time.Microsecond); time.Now().Before(at); {
+		}
+		start := time.Now()
+		l := mustLock(t, b, "edge")
+		if waited := time.Since(start); waited >= 500*time.Millisecond {
+			t.Fatalf("round %d: the waiter got the lock %v after its first attempt, past leases of %v", i, waited, lease)
+		}
+		_ = l.Unlock(ctx)
+		_ = held.Unlock(ctx) // lost, and found so
+	}
+}
