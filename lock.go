@@ -14,6 +14,10 @@ import (
 // their own (the caller's context may already be over by then).
 const releaseTimeout = 5 * time.Second
 
+// endedUnlockWait bounds the release that an Unlock whose context had
+// already ended sends all the same.
+const endedUnlockWait = time.Second
+
 // heldKey finds, in a context, the hold a Client has on a key: a Lock call
 // with such a context re-enters instead of waiting for itself.
 type heldKey struct {
@@ -124,13 +128,20 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // (ErrLockLost, Observer reason LostReleaseFailed) and it is renewed no
 // more, so Redis frees it at once or when its lease runs out. Calling
 // Unlock again after an error is safe: it never releases more than this
-// Lock's own hold. A Redlock Client (package redlock) sends the release
-// even if ctx has ended, and then waits for the nodes' answers up to its
-// per-node timeout of releases (at most 1 s unless redlock.Config's
-// NodeTimeout is longer).
+// Lock's own hold.
+//
+// An Unlock whose ctx has already ended (a deferred Unlock with a request's
+// context, say) still sends the release, and waits for it up to
+// endedUnlockWait (1 s; a Redlock Client, its per-node timeout of
+// releases), rather than leave the lock held until its lease runs out.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), endedUnlockWait)
+		defer cancel()
+	}
 	if l.released {
 		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}

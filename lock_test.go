@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -860,20 +861,62 @@ func TestReenterAfterTakeoverFails(t *testing.T) {
 	}
 }
 
-// An Unlock whose context had already ended sends nothing, so it cannot
-// have released the lock: a later Unlock that finds the lock gone (an
-// operator's ForceRelease) reports ErrNotHeld, as if the first had never
-// been tried. The first gave the lock up, though (a deferred Unlock with a
-// request's ended context is rarely tried again): its Context ends, and it
-// is renewed no more.
-func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
-	c, _, _ := newTestClient(t)
+// A deferred Unlock often runs with a request's context that has ended:
+// it still releases the lock, so the next waiter need not wait for the
+// lease to run out.
+func TestUnlockWithEndedContextReleases(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	other := newClientOn(t, rdb)
 	ctx := context.Background()
 	l := mustLock(t, c, "k")
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := l.Unlock(done); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Unlock with an ended context = %v", err)
+	if err := l.Unlock(done); err != nil {
+		t.Fatalf("Unlock with an ended context = %v, want nil", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+		t.Errorf("Context cause = %v, want ErrReleased", cause)
+	}
+	next, err := other.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryLock after the Unlock = %v: the lock was not released", err)
+	}
+	_ = next.Unlock(ctx)
+}
+
+// An Unlock whose context ends while its release waits to be sent (behind
+// two batches in flight to a stalled server) sends nothing, so it cannot
+// have released the lock: a later Unlock that finds the lock gone (an
+// operator's ForceRelease) reports ErrNotHeld, as if the first had never
+// been tried. The first gave the lock up, though (a deferred Unlock is
+// rarely tried again): its Context ends, and it is renewed no more.
+func TestUnsentUnlockDoesNotHideForceRelease(t *testing.T) {
+	c, _, srv := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	srv.Pause(t)
+	stalled := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := c.TryLock(ctx, fmt.Sprintf("stalled-%d", i))
+			stalled <- err
+		}()
+	}
+	b := c.be.(*node).batch
+	waitUntil(t, 5*time.Second, "two calls in flight", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inflight == 2
+	})
+	uctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := l.Unlock(uctx)
+	cancel()
+	srv.Resume(t)
+	for range 2 {
+		<-stalled // whatever they got: they only held the batcher
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock whose release was never sent = %v, want its context's error", err)
 	}
 	if renewing(l) || !errors.Is(context.Cause(l.Context()), ErrLockLost) {
 		t.Errorf("after an Unlock that failed, the lock is renewed (%v) with its Context ended by %v: want given up",

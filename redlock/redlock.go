@@ -52,8 +52,7 @@
 // deferred Unlock with the request's context), and waits for the nodes'
 // answers until a majority decided it, at most the per-node timeout of
 // releases (max(NodeTimeout, min(lease/4, 1 s))): it reports what the
-// nodes did, where the single-node Client sends nothing with an ended ctx
-// and returns its error.
+// nodes did.
 //
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
