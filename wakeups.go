@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,11 @@ type shard struct {
 	done    chan struct{}
 	reading bool // the read goroutine runs
 	count   int  // channels subscribed through it
+
+	// A subscription refused with an error reply is tried again after
+	// retryIn (growing while refusals go on); retry is the pending try.
+	retry   *time.Timer
+	retryIn time.Duration
 }
 
 type channelSubs struct {
@@ -187,8 +193,17 @@ func (w *wakeups) dropShardIfEmpty(sh *shard) {
 		return
 	}
 	delete(w.shards, sh.name)
+	stopRetry(sh)
 	close(sh.stop)
 	_ = sh.ps.Close()
+}
+
+// stopRetry cancels sh's pending resubscription. Called with mu held.
+func stopRetry(sh *shard) {
+	if sh.retry != nil {
+		sh.retry.Stop()
+		sh.retry = nil
+	}
 }
 
 // leave unregisters wt. The channel stays subscribed for the linger time.
@@ -243,6 +258,14 @@ func (w *wakeups) read(sh *shard) {
 		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "sunsubscribe" {
 			moved = w.droppedByServer(sh, m.Channel)
 		}
+		if err != nil && !moved && errors.As(err, new(redis.Error)) {
+			// An error reply (a SUBSCRIBE refused by an ACL, say): the
+			// connection is sound, so go-redis neither reconnects nor
+			// resubscribes, and nothing was lost, but the refused channel
+			// would stay unsubscribed for good.
+			w.retryLater(sh)
+			continue
+		}
 		if err != nil || moved {
 			select {
 			case <-sh.stop:
@@ -287,6 +310,7 @@ func (w *wakeups) markReady(channel string) {
 		return
 	}
 	cs.isReady = true
+	cs.shard.retryIn = 0
 	// Subscribed, for the first time or again (after a reconnection or a
 	// slot move): hand-overs sent before may be missed. Every waiter whose
 	// check is older checks again: those registered now by a nudge, those
@@ -335,6 +359,9 @@ func (w *wakeups) dispatch(channel, payload string) {
 	cs.earlyOrder = append(cs.earlyOrder, token)
 }
 
+// nudgeAll tells the waiters of sh's channels to check again: the
+// connection broke or moved, and its subscriptions are void until the
+// server confirms them again.
 func (w *wakeups) nudgeAll(sh *shard) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -342,12 +369,54 @@ func (w *wakeups) nudgeAll(sh *shard) {
 		if cs.shard != sh {
 			continue
 		}
+		cs.isReady = false
 		cs.lost = time.Now()
 		for _, wt := range cs.waiters {
 			select {
 			case wt.nudge <- struct{}{}:
 			default:
 			}
+		}
+	}
+}
+
+// retryLater subscribes sh's unconfirmed channels again after a backoff,
+// from 100 ms to 1 s while the refusals go on (a confirmation resets it).
+// The read goroutine keeps reading meanwhile, and a refusal that comes
+// while a try is pending schedules no other.
+func (w *wakeups) retryLater(sh *shard) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sh.retry != nil {
+		return
+	}
+	sh.retryIn = min(max(2*sh.retryIn, 100*time.Millisecond), time.Second)
+	sh.retry = time.AfterFunc(sh.retryIn, func() { w.resubscribe(sh) })
+}
+
+// resubscribe subscribes sh's unconfirmed channels again, one by one: a
+// channel still refused must not keep another from its subscription. The
+// confirmed ones are left alone: each confirmation nudges the channel's
+// waiters to check again, for nothing.
+func (w *wakeups) resubscribe(sh *shard) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sh.retry = nil
+	if w.closed || w.shards[sh.name] != sh {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for channel, cs := range w.channels {
+		if cs.shard != sh || cs.isReady {
+			continue
+		}
+		// A refusal comes back through Receive; a failed write has
+		// go-redis reconnect and resubscribe every channel.
+		if w.sharded != nil && *w.sharded {
+			_ = sh.ps.SSubscribe(ctx, channel)
+		} else {
+			_ = sh.ps.Subscribe(ctx, channel)
 		}
 	}
 }
@@ -368,6 +437,7 @@ func (w *wakeups) close() {
 	shards := w.shards
 	w.shards = map[string]*shard{}
 	for _, sh := range shards {
+		stopRetry(sh)
 		close(sh.stop)
 		_ = sh.ps.Close()
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // lingeringChannel subscribes c's hand-over channel for key and lets it
@@ -146,4 +150,94 @@ func waitSubscribed(t *testing.T, w *wakeups, ch string) {
 		cs := w.channels[ch]
 		return cs != nil && cs.isReady
 	})
+}
+
+// A SUBSCRIBE refused with an error reply (an ACL without the channel,
+// while an operator edits it) leaves the connection as it is: go-redis
+// does not reconnect and resubscribe, so the channel must be subscribed
+// again, or its waiters get no hand-over message for the Client's life.
+func TestWakeSubscriptionRecoversFromErrorReply(t *testing.T) {
+	t.Run("Standalone", func(t *testing.T) {
+		srv := redistest.Start(t)
+		subscriptionRecoversFromErrorReply(t, []*redis.Client{srv.Client(t)}, func(user, pw string) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: pw})
+		})
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		var admins []*redis.Client
+		for _, n := range cl.Nodes {
+			admins = append(admins, n.Client(t))
+		}
+		subscriptionRecoversFromErrorReply(t, admins, func(user, pw string) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: user, Password: pw})
+		})
+	})
+}
+
+// subscriptionRecoversFromErrorReply has the servers (admins: one client
+// per server) refuse the channel of the lock "shut" to the user of the
+// clients dial makes, then allow it, and checks that a hand-over wakes the
+// waiter promptly.
+func subscriptionRecoversFromErrorReply(t *testing.T, admins []*redis.Client, dial func(user, pw string) redis.UniversalClient) {
+	ctx := context.Background()
+	acl := func(args ...any) {
+		t.Helper()
+		for _, a := range admins {
+			if err := a.Do(ctx, append([]any{"ACL", "SETUSER", "locker"}, args...)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Every key and command; of the channels, only the lock "open"'s.
+	acl("on", ">pw", "~*", "resetchannels", "&dlock:{open}:*", "+@all")
+	rdb := dial("locker", "pw")
+	t.Cleanup(func() { rdb.Close() })
+	// The waiter re-checks only every 20 s: a prompt wake-up can only come
+	// from the hand-over message.
+	c1 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	c2 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	// The waiter's Client learns how hand-overs are published, on a
+	// channel it may use.
+	w, _ := lingeringChannel(t, c2, "open")
+
+	l := mustLock(t, c1, "shut")
+	got := make(chan error, 1) // the goroutine never blocks, even after a failed test
+	go func() {
+		l2, err := c2.Lock(ctx, "shut", WithRetry(FixedRetry(time.Hour, 0)))
+		if err == nil {
+			err = l2.Unlock(ctx)
+		}
+		got <- err
+	}()
+	ch := c2.wakeChannel("shut")
+	waitUntil(t, 5*time.Second, "the server to refuse the waiter's subscription", func() bool {
+		for _, a := range admins {
+			entries, _ := a.Do(ctx, "ACL", "LOG").Val().([]any)
+			for _, e := range entries {
+				if m, ok := e.(map[any]any); ok && m["object"] == ch {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	acl("allchannels")
+	// Subscribed again after a backoff, not at the waiter's next check.
+	waitSubscribed(t, w, ch)
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("waiter woke %v after the release", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the hand-over")
+	}
 }
