@@ -151,8 +151,9 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 // (a server before 7.0 or a renamed command: unknown; an ACL: NOPERM), so
 // the question is put to SPUBLISH itself, on the channel about to be
 // subscribed (an empty message, which dispatch ignores). Any other failure
-// (the server unreachable or loading) is an error, never a guess: the
-// wrong kind of subscription would miss every hand-over.
+// (the server unreachable or loading, an ACL that denies the channel, not
+// the command) is an error, never a guess: the wrong kind of subscription
+// would miss every hand-over.
 func (w *wakeups) hasSharded(ctx context.Context, channel string) (bool, error) {
 	w.mu.Lock()
 	known := w.sharded
@@ -161,7 +162,7 @@ func (w *wakeups) hasSharded(ctx context.Context, channel string) (bool, error) 
 		return *known, nil
 	}
 	err := w.rdb.SPublish(ctx, channel, "").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "ERR unknown command") && !strings.HasPrefix(err.Error(), "NOPERM") {
+	if err != nil && !strings.HasPrefix(err.Error(), "ERR unknown command") && !commandDenied(err) {
 		return false, err
 	}
 	yes := err == nil
@@ -169,6 +170,15 @@ func (w *wakeups) hasSharded(ctx context.Context, channel string) (bool, error) 
 	w.sharded = &yes
 	w.mu.Unlock()
 	return yes, nil
+}
+
+// commandDenied reports whether err is an ACL's refusal of the command
+// itself ("no permissions to run the 'spublish' command"), not of its
+// channel ("... to access one of the channels"), which the ACL may allow
+// later.
+func commandDenied(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") && !strings.Contains(msg, "channel")
 }
 
 // shardFor returns the connection to subscribe channel on. Called with mu held.

@@ -241,3 +241,31 @@ func subscriptionRecoversFromErrorReply(t *testing.T, admins []*redis.Client, di
 		t.Fatal("the waiter was not woken by the hand-over")
 	}
 }
+
+// hasSharded: an ACL's refusal of the probe's channel says nothing of
+// whether SPUBLISH works. Remembered as "no", it would have the Client
+// subscribe with SUBSCRIBE for good, and miss every hand-over sent with
+// SPUBLISH once the channel is allowed.
+func TestRefusedChannelDoesNotSettleTheKindOfSubscription(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	setUser := func(args ...any) {
+		t.Helper()
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "locker"}, args...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUser("on", ">pw", "~*", "resetchannels", "+@all") // every command, no channel
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClientOn(t, rdb)
+	w, ch := c.be.(*node).wake, c.wakeChannel("k")
+	if sharded, err := w.hasSharded(ctx, ch); err == nil {
+		t.Fatalf("hasSharded with the channel refused = %v, nil; want the refusal", sharded)
+	}
+	setUser("allchannels")
+	if sharded, err := w.hasSharded(ctx, ch); err != nil || !sharded {
+		t.Errorf("hasSharded once the channel is allowed = %v, %v; want true (Redis 7 has SPUBLISH)", sharded, err)
+	}
+}
