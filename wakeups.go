@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,11 +267,14 @@ func (w *wakeups) read(sh *shard) {
 		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "sunsubscribe" {
 			moved = w.droppedByServer(sh, m.Channel)
 		}
-		if err != nil && !moved && errors.As(err, new(redis.Error)) {
+		if _, reply := err.(redis.Error); reply && !moved {
 			// An error reply (a SUBSCRIBE refused by an ACL, say): the
 			// connection is sound, so go-redis neither reconnects nor
 			// resubscribes, and nothing was lost, but the refused channel
-			// would stay unsubscribed for good.
+			// would stay unsubscribed for good. Only a bare reply: one
+			// wrapped by go-redis comes from a new connection it could
+			// not set up (a login refused), to be tried again after the
+			// backoff below, not at once in a tight loop.
 			w.retryLater(sh)
 			continue
 		}

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,5 +269,56 @@ func TestRefusedChannelDoesNotSettleTheKindOfSubscription(t *testing.T) {
 	setUser("allchannels")
 	if sharded, err := w.hasSharded(ctx, ch); err != nil || !sharded {
 		t.Errorf("hasSharded once the channel is allowed = %v, %v; want true (Redis 7 has SPUBLISH)", sharded, err)
+	}
+}
+
+// A pub/sub connection that cannot be made again (its user's password was
+// changed, and the server cut the connection) fails with an error reply
+// at every Receive, read from no connection: the read goroutine must wait
+// between tries, as for any other broken connection, not reconnect in a
+// tight loop that hammers the server with logins.
+func TestWakeReconnectRefusedByServerBacksOff(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "allchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClientOn(t, rdb)
+	lingeringChannel(t, c, "k")
+
+	// The password changes; connections already logged in stay so until cut.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "resetpass", ">other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Every try to connect again is refused at its login.
+	tries := func() int {
+		t.Helper()
+		info, err := admin.Info(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatal("no total_connections_received in INFO stats")
+		return 0
+	}
+	before := tries()
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "locker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "a try to connect again", func() bool { return tries() > before })
+	// A measurement window, not a synchronization: tries 100 ms apart make
+	// about 5 in it (fewer on a loaded machine, never more).
+	from := tries()
+	time.Sleep(500 * time.Millisecond)
+	if n := tries() - from; n > 20 {
+		t.Errorf("%d refused logins in 500 ms: the pub/sub connection is retried in a tight loop", n)
 	}
 }

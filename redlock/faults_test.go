@@ -627,3 +627,97 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 		t.Fatal("the waiter did not get the released lock")
 	}
 }
+
+// A channel that the nodes' ACL still refuses must not keep another from
+// its subscription: Redis refuses a SUBSCRIBE of several channels whole if
+// it denies one of them, so subscribing every channel again in one command
+// would leave the allowed one unsubscribed for good, and its waiter would
+// sleep until the holder's lease ran out instead of being woken by the
+// release.
+func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
+	cl := startCluster(t, 3)
+	ctx := context.Background()
+	job, other := lockKey("job")+":wake", lockKey("other")+":wake"
+	var nodes []redis.UniversalClient
+	for _, srv := range cl.srvs {
+		// No channel at all, for now.
+		if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", "resetchannels", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	holder := cl.locker(t)
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	// Leases far longer than the test waits: only a wake-up gets the waiter
+	// the lock in time.
+	lj := lockEveryNode(t, cl, holder, "job", dlock.WithTTL(30*time.Second))
+	lo := lockEveryNode(t, cl, holder, "other", dlock.WithTTL(30*time.Second))
+	defer func() { _ = lo.Unlock(ctx) }()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	refused := func(channel string) func() bool {
+		return func() bool {
+			for i := range cl.rdbs {
+				entries, _ := cl.rdbs[i].Do(ctx, "ACL", "LOG").Val().([]any)
+				found := false
+				for _, e := range entries {
+					if m, ok := e.(map[any]any); ok && m["object"] == channel {
+						found = true
+					}
+				}
+				if !found {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	got := make(chan error, 2) // the goroutines never block, even after a failed test
+	wait := func(key string) {
+		go func() {
+			l, err := waiter.Lock(wctx, key)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	wait("other")
+	waitUntil(t, 5*time.Second, "every node to refuse the SUBSCRIBE of other's waiter", refused(other))
+	wait("job")
+	waitUntil(t, 5*time.Second, "every node to refuse the SUBSCRIBE of job's waiter", refused(job))
+	// The operator allows job's channel; other's stays refused.
+	for i, rdb := range cl.rdbs {
+		if err := rdb.Do(ctx, "ACL", "SETUSER", "locker", "&"+job).Err(); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	numsub := func(i int) int64 { return cl.rdbs[i].PubSubNumSub(ctx, job).Val()[job] }
+	// Retried within the longest backoff (1 s).
+	waitUntil(t, 5*time.Second, "the waiter to subscribe job's channel on a majority", func() bool {
+		n := 0
+		for i := range cl.rdbs {
+			if numsub(i) == 1 {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if err := lj.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the release of job")
+	}
+}

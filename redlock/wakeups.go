@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -36,9 +35,11 @@ const (
 // the nodes that confirmed its subscription, and waiters are woken (to
 // check again) when that count reaches a majority; any majority of nodes
 // shares one with the majority a holder releases on. A connection that
-// breaks wakes the waiters too, since messages may have been lost, and so
-// does an error reply (a SUBSCRIBE refused): then every channel is
-// subscribed again on that node.
+// breaks wakes the waiters too, since messages may have been lost. An error
+// reply (a SUBSCRIBE refused) leaves the connection and its subscriptions
+// as they are: the channels that node has not confirmed are subscribed
+// again, one a command, since Redis refuses a SUBSCRIBE whole if it denies
+// one of its channels.
 type hub struct {
 	b      *redlock
 	ctx    context.Context // cancelled by close: ends calls to a hung node
@@ -125,8 +126,8 @@ type nodeSub struct {
 	dirty chan struct{} // the set of channels changed
 	stop  chan struct{}
 	live  bool // guarded by hub.mu: delivered something since it last broke
-	// resub, guarded by hub.mu, tells control to subscribe every channel
-	// again: an error reply may have refused some of them.
+	// resub, guarded by hub.mu, tells control to subscribe again the
+	// channels not confirmed: an error reply may have refused some of them.
 	resub bool
 }
 
@@ -302,7 +303,7 @@ func (h *hub) broken(s *nodeSub) {
 	}
 }
 
-// resubscribe has node s subscribe every channel again.
+// resubscribe has node s subscribe its unconfirmed channels again.
 func (h *hub) resubscribe(s *nodeSub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -348,16 +349,18 @@ func (s *nodeSub) control() {
 			return
 		case <-s.dirty:
 		}
-		var add, drop []string
+		var add, again, drop []string
 		h.mu.Lock()
 		resub := s.resub
 		s.resub = false
 		for name, c := range h.chans {
 			// A channel dropped and created again is subscribed again, so
 			// that the new one gets its confirmation.
-			if subscribed[name] != c || resub {
+			if subscribed[name] != c {
 				add = append(add, name)
 				subscribed[name] = c
+			} else if resub && !c.confirmed[s.i] {
+				again = append(again, name)
 			}
 		}
 		for name := range subscribed {
@@ -374,6 +377,11 @@ func (s *nodeSub) control() {
 			if err := s.ps.Subscribe(ctx, add...); err != nil {
 				h.b.log.Debug("redlock: subscribe failed", "node", h.b.nodes[s.i].addr, "error", err)
 			}
+		}
+		// One a command: a channel still refused must not keep another
+		// from its subscription.
+		for _, name := range again {
+			_ = s.ps.Subscribe(ctx, name)
 		}
 		if len(drop) > 0 {
 			_ = s.ps.Unsubscribe(ctx, drop...)
@@ -400,7 +408,14 @@ func (s *nodeSub) read() {
 				return
 			default:
 			}
-			h.broken(s)
+			// An error reply (a SUBSCRIBE refused by an ACL, say) leaves
+			// the connection sound: nothing was lost. Only a bare reply:
+			// one wrapped by go-redis comes from a new connection it could
+			// not set up (a login refused).
+			_, refused := err.(redis.Error)
+			if !refused {
+				h.broken(s)
+			}
 			t := time.NewTimer(backoff)
 			select {
 			case <-s.stop:
@@ -408,11 +423,10 @@ func (s *nodeSub) read() {
 				return
 			case <-t.C:
 			}
-			if errors.As(err, new(redis.Error)) {
-				// An error reply (a SUBSCRIBE refused by an ACL, say): the
-				// connection is sound, so go-redis does not reconnect and
-				// resubscribe, and a refused channel would stay
-				// unsubscribed for good. Subscribe them all again.
+			if refused {
+				// go-redis does not reconnect and resubscribe after an
+				// error reply, and a refused channel would stay
+				// unsubscribed for good: subscribe it again.
 				h.resubscribe(s)
 			}
 			backoff = min(2*backoff, maxBackoff)
