@@ -272,7 +272,7 @@ func TestDegradedLockMaxHold(t *testing.T) {
 	}
 	// Time is the subject: the watchdog ends it at the max hold, give or
 	// take a timer's lateness on a loaded machine.
-	if held := time.Since(start); held < maxHold || held > maxHold+300*time.Millisecond {
+	if held := time.Since(start); held < maxHold || held > maxHold+700*time.Millisecond {
 		t.Errorf("held %v, want about the max hold (%v)", held, maxHold)
 	}
 	if cause := context.Cause(stuck.Context()); !errors.Is(cause, ErrLockLost) {
