@@ -171,13 +171,12 @@ func (w *wakeups) hasSharded(ctx context.Context, channel string) (bool, error) 
 	return yes, nil
 }
 
-// commandDenied reports whether err is an ACL's refusal of the command
-// itself ("no permissions to run the 'spublish' command"), not of its
-// channel ("... to access one of the channels"), which the ACL may allow
-// later.
+// commandDenied reports whether err is an ACL's refusal of SPUBLISH itself
+// ("... no permissions to run the 'spublish' command"), not of its channel
+// ("... to access one of the channels"), which the ACL may allow later.
 func commandDenied(err error) bool {
 	msg := err.Error()
-	return strings.HasPrefix(msg, "NOPERM") && !strings.Contains(msg, "channel")
+	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'spublish' command")
 }
 
 // shardFor returns the connection to subscribe channel on. Called with mu held.
