@@ -2,7 +2,7 @@
 // times against one redis-server and writes docs/benchmarks.md, a chart
 // (docs/benchmarks.svg) and the raw numbers (docs/benchmarks.json).
 //
-//	cd bench && go run ./cmd/report -runs 3 -out ../docs
+//	cd bench && go run ./cmd/report -runs 5 -out ../docs
 //
 // By default it starts its own redis-server on a free loopback port (and
 // stops it at the end). With -addr it measures an existing server instead:
@@ -108,7 +108,7 @@ type SetupInfo struct{ Name, Lib, Mode, Settings string }
 type RenewerInfo struct{ Lib, Method string }
 
 func main() {
-	runs := flag.Int("runs", 3, "passes over every scenario; the report quotes medians")
+	runs := flag.Int("runs", 5, "passes over every scenario; the report quotes medians")
 	out := flag.String("out", "../docs", "directory for benchmarks.md, benchmarks.svg and benchmarks.json")
 	addr := flag.String("addr", "", "measure this Redis (host:port) instead of starting a private redis-server")
 	quick := flag.Bool("quick", false, "short windows and 1,000 renewal locks: a smoke test, not numbers to quote")

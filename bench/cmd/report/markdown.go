@@ -20,7 +20,7 @@ import (
 var notes string
 
 // Command is the one documented way to regenerate the report.
-const Command = "cd bench && go run ./cmd/report -runs 3 -out ../docs"
+const Command = "cd bench && go run ./cmd/report -runs 5 -out ../docs"
 
 // stat is the median of a metric over runs, with its range.
 type stat struct{ Med, Lo, Hi float64 }
