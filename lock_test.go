@@ -391,28 +391,12 @@ func TestHandOverWithWakeChannelDeniedByACL(t *testing.T) {
 	c2 := newClientOn(t, rdb, WithQueueTTL(3*time.Second))
 	ctx := context.Background()
 	l := mustLock(t, c1, "wake")
-	type result struct {
-		l   *Lock
-		err error
-	}
-	got := make(chan result, 1) // the goroutine never blocks, even after a failed test
-	go func() {
-		l2, err := c2.Lock(ctx, "wake")
-		got <- result{l2, err}
-	}()
+	got := lockAsync(ctx, c2, "wake")
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c1, "wake") == 1 })
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock with the wake channel denied = %v, want nil: the lock was handed over", err)
 	}
-	select {
-	case r := <-got:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		_ = r.l.Unlock(ctx)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter did not get the lock")
-	}
+	_ = receiveLock(t, got, 5*time.Second, "the waiter to get the lock").Unlock(ctx)
 }
 
 func handOverWakesWaiter(t *testing.T, rdb *redis.Client, c1, c2 *Client) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // lingeringChannel subscribes c's hand-over channel for key and lets it
@@ -215,11 +216,8 @@ func subscriptionRecoversFromErrorReply(t *testing.T, admins []*redis.Client, di
 	ch := c2.wakeChannel("shut")
 	waitUntil(t, 5*time.Second, "the server to refuse the waiter's subscription", func() bool {
 		for _, a := range admins {
-			entries, _ := a.Do(ctx, "ACL", "LOG").Val().([]any)
-			for _, e := range entries {
-				if m, ok := e.(map[any]any); ok && m["object"] == ch {
-					return true
-				}
+			if testutil.ACLRefused(ctx, a, ch) {
+				return true
 			}
 		}
 		return false

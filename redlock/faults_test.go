@@ -571,19 +571,12 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 	cl := startCluster(t, 3)
 	ctx := context.Background()
 	channel := lockKey("job") + ":wake"
-	var nodes []redis.UniversalClient
-	for i, srv := range cl.srvs {
-		channels := "allchannels"
+	nodes := cl.lockerNodes(t, func(i int) string {
 		if i == 0 {
-			channels = "resetchannels" // node 0 refuses every channel, for now
+			return "resetchannels" // node 0 refuses every channel, for now
 		}
-		if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", channels, "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-		t.Cleanup(func() { rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+		return "allchannels"
+	})
 	holder := cl.locker(t)
 	waiter, err := redlock.New(nodes)
 	if err != nil {
@@ -600,15 +593,7 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 		got <- err
 	}()
 	numsub := func(i int) int64 { return cl.rdbs[i].PubSubNumSub(ctx, channel).Val()[channel] }
-	waitUntil(t, 5*time.Second, "node 0 to refuse the waiter's SUBSCRIBE", func() bool {
-		entries, _ := cl.rdbs[0].Do(ctx, "ACL", "LOG").Val().([]any)
-		for _, e := range entries {
-			if m, ok := e.(map[any]any); ok && m["object"] == channel {
-				return true
-			}
-		}
-		return false
-	})
+	waitUntil(t, 5*time.Second, "node 0 to refuse the waiter's SUBSCRIBE", func() bool { return testutil.ACLRefused(ctx, cl.rdbs[0], channel) })
 	waitUntil(t, 5*time.Second, "the waiter to subscribe on nodes 1 and 2", func() bool { return numsub(1) == 1 && numsub(2) == 1 })
 	if err := cl.rdbs[0].Do(ctx, "ACL", "SETUSER", "locker", "allchannels").Err(); err != nil {
 		t.Fatal(err)
@@ -638,16 +623,7 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 	cl := startCluster(t, 3)
 	ctx := context.Background()
 	job, other := lockKey("job")+":wake", lockKey("other")+":wake"
-	var nodes []redis.UniversalClient
-	for _, srv := range cl.srvs {
-		// No channel at all, for now.
-		if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", "resetchannels", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-		t.Cleanup(func() { rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+	nodes := cl.lockerNodes(t, func(int) string { return "resetchannels" }) // no channel at all, for now
 	holder := cl.locker(t)
 	waiter, err := redlock.New(nodes)
 	if err != nil {
@@ -663,15 +639,8 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 	defer cancel()
 	refused := func(channel string) func() bool {
 		return func() bool {
-			for i := range cl.rdbs {
-				entries, _ := cl.rdbs[i].Do(ctx, "ACL", "LOG").Val().([]any)
-				found := false
-				for _, e := range entries {
-					if m, ok := e.(map[any]any); ok && m["object"] == channel {
-						found = true
-					}
-				}
-				if !found {
+			for _, rdb := range cl.rdbs {
+				if !testutil.ACLRefused(ctx, rdb, channel) {
 					return false
 				}
 			}

@@ -197,6 +197,24 @@ func (c *cluster) holders(t *testing.T, key, token string) []int {
 	return on
 }
 
+// lockerNodes creates the user "locker" on every node, allowed every
+// command on the lock keys and the pub/sub channels channels(i) says
+// ("allchannels", "resetchannels" for none), and returns a client per node
+// logged in as that user, closed at cleanup.
+func (c *cluster) lockerNodes(t *testing.T, channels func(i int) string) []redis.UniversalClient {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	for i, srv := range c.srvs {
+		if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", channels(i), "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	return nodes
+}
+
 func lockKey(key string) string { return "dlock:{" + key + "}" }
 
 // lockEveryNode locks key and waits until every node has the lock, for a

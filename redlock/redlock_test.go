@@ -455,16 +455,7 @@ func TestForeignHashIsWrongType(t *testing.T) {
 // has still released the lock: Unlock reports that, not an error.
 func TestReleaseWithWakeChannelDeniedByACL(t *testing.T) {
 	cl := startCluster(t, 3)
-	var nodes []redis.UniversalClient
-	for _, srv := range cl.srvs {
-		// Every command on the lock's keys, no pub/sub channel.
-		if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", "resetchannels", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-		t.Cleanup(func() { rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+	nodes := cl.lockerNodes(t, func(int) string { return "resetchannels" }) // no pub/sub channel
 	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

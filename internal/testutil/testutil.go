@@ -84,3 +84,15 @@ func (PassHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return n
 func (PassHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// ACLRefused reports whether the server's ACL LOG records a refusal of
+// object (the name of a key or a pub/sub channel).
+func ACLRefused(ctx context.Context, rdb redis.UniversalClient, object string) bool {
+	entries, _ := rdb.Do(ctx, "ACL", "LOG").Val().([]any)
+	for _, e := range entries {
+		if m, ok := e.(map[any]any); ok && m["object"] == object {
+			return true
+		}
+	}
+	return false
+}
