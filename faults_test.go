@@ -225,6 +225,7 @@ func TestBadInput(t *testing.T) {
 		{"negative max hold", "k", []LockOption{WithMaxHold(-1)}, ErrInvalidTTL},
 		{"conflict", "k", []LockOption{WithoutRenewal(), WithMaxHold(time.Second)}, ErrInvalidOption},
 		{"metadata not UTF-8", "k", []LockOption{WithMetadata("job\xff1")}, ErrInvalidOption},
+		{"metadata too long", "k", []LockOption{WithMetadata(strings.Repeat("m", MaxKeyLen+1))}, ErrInvalidOption},
 		// Zero delays would make Lock re-run its check in a tight loop.
 		{"retry without delay", "k", []LockOption{WithRetry(FixedRetry(0, 0))}, ErrInvalidOption},
 		{"retry with negative attempts", "k", []LockOption{WithRetry(FixedRetry(time.Second, -1))}, ErrInvalidOption},
@@ -240,6 +241,18 @@ func TestBadInput(t *testing.T) {
 	}
 	if err := c.Do(ctx, "k", nil); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("Do(nil fn) = %v", err)
+	}
+	// CheckMetadata, for callers that check before they connect, is the
+	// rule Lock applies.
+	for _, s := range []string{"job\xff1", strings.Repeat("m", MaxKeyLen+1)} {
+		if err := CheckMetadata(s); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("CheckMetadata(%.10q...) = %v, want ErrInvalidOption", s, err)
+		}
+	}
+	for _, s := range []string{"", "job 7", strings.Repeat("é", MaxKeyLen/2)} {
+		if err := CheckMetadata(s); err != nil {
+			t.Errorf("CheckMetadata(%.10q...) = %v, want nil", s, err)
+		}
 	}
 }
 

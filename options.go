@@ -134,7 +134,7 @@ func WithRetry(s RetryStrategy) LockOption {
 
 // WithMetadata stores a short free-form string with the lock's holder
 // metadata (for example a job id), shown by `dlock inspect`. It must be
-// valid UTF-8.
+// valid UTF-8 and at most MaxKeyLen bytes (see CheckMetadata).
 func WithMetadata(s string) LockOption {
 	return func(c *lockConfig) { c.meta = s }
 }
@@ -160,12 +160,23 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 			return cfg, err
 		}
 	}
-	if len(cfg.meta) > MaxKeyLen {
-		return cfg, fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, MaxKeyLen)
-	}
-	// The metadata is stored as JSON, which cannot carry invalid UTF-8.
-	if !utf8.ValidString(cfg.meta) {
-		return cfg, fmt.Errorf("%w: metadata is not valid UTF-8", ErrInvalidOption)
+	if err := CheckMetadata(cfg.meta); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
+}
+
+// CheckMetadata returns the error (wrapping ErrInvalidOption) that a Lock
+// with WithMetadata(s) fails with, or nil: s must be valid UTF-8 and at
+// most MaxKeyLen bytes. It lets a caller refuse bad input before it
+// connects to Redis.
+func CheckMetadata(s string) error {
+	if len(s) > MaxKeyLen {
+		return fmt.Errorf("%w: metadata longer than %d bytes", ErrInvalidOption, MaxKeyLen)
+	}
+	// The metadata is stored as JSON, which cannot carry invalid UTF-8.
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: metadata is not valid UTF-8", ErrInvalidOption)
+	}
+	return nil
 }

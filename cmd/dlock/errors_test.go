@@ -54,6 +54,10 @@ func TestBadInput(t *testing.T) {
 		{"empty key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "inspect", ""}, exitUsage, "invalid key: empty key"},
 		{"long key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "release", "--force", strings.Repeat("k", 1025)}, exitUsage, "invalid key: key longer than 1024 bytes"},
 		{"empty run key, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "", "--", "echo", "ran"}, exitUsage, "invalid key: empty key"},
+		{"long meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1025), "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata longer than 1024 bytes"},
+		{"meta not UTF-8, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", "job \xff", "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata is not valid UTF-8"},
+		{"longest meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1024), "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"max hold and grace past the longest duration", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--max-hold", "2562047h", "--grace", "2562047h", "k", "--", "echo", "ran"}, exitUsage, "--max-hold 2562047h0m0s with --grace 2562047h0m0s: too long"},
 		{"wrong password", nil, []string{"--redis", "redis://:" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "WRONGPASS"},
 		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
 	} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -81,6 +82,11 @@ Redis unreachable.`,
 			if err := checkKey(args[0]); err != nil {
 				return err
 			}
+			// Bad input is a usage error whether or not Redis can be
+			// reached (the default --meta, from COMMAND, is always good).
+			if err := dlock.CheckMetadata(f.meta); err != nil {
+				return usagef("--meta: %v", err)
+			}
 			return a.run(f, args[0], args[1:])
 		},
 	}
@@ -128,6 +134,9 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 		return usagef("--grace %v: must not be negative", f.grace)
 	case f.maxHold < 0:
 		return usagef("--max-hold %v: must not be negative", f.maxHold)
+	case f.maxHold > 0 && f.grace > math.MaxInt64-f.maxHold:
+		// The lock's max hold is their sum (acquire.go).
+		return usagef("--max-hold %v with --grace %v: too long", f.maxHold, f.grace)
 	}
 	return nil
 }
