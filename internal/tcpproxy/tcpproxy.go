@@ -53,8 +53,8 @@ func (p *Proxy) freezeLocked() {
 	}
 }
 
-// FreezeOn freezes the proxy when a chunk that match reports true for is
-// read, in either direction, and holds that chunk too: a test stops a
+// FreezeOn freezes the proxy when it reads a chunk, in either direction,
+// for which match reports true, and holds that chunk too: a test stops a
 // conversation at a given request or reply (one that carries a token, say)
 // and acts before the client sees that reply. It matches once; the channel
 // it returns is closed when it has. A chunk is what one read returned, so
