@@ -229,16 +229,11 @@ func subscriptionRecoversFromErrorReply(t *testing.T, admins []*redis.Client, di
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("waiter woke %v after the release", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not woken by the hand-over")
+	if err := testutil.Receive(t, got, 10*time.Second, "the waiter to be woken by the hand-over"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(released); d > time.Second {
+		t.Errorf("waiter woke %v after the release", d)
 	}
 }
 

@@ -603,13 +603,8 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter did not get the released lock")
+	if err := testutil.Receive(t, got, 5*time.Second, "the waiter to get the released lock"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -681,12 +676,7 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 	if err := lj.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not woken by the release of job")
+	if err := testutil.Receive(t, got, 5*time.Second, "the waiter to be woken by the release of job"); err != nil {
+		t.Fatal(err)
 	}
 }

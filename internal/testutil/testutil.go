@@ -96,3 +96,17 @@ func ACLRefused(ctx context.Context, rdb redis.UniversalClient, object string) b
 	}
 	return false
 }
+
+// Receive returns what ch delivers within d, or fails t, saying what was
+// awaited.
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("%s: not within %v", what, within)
+		var zero T
+		return zero
+	}
+}
