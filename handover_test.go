@@ -48,25 +48,43 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 			const ttl = 3 * time.Second
 			got := lockAsync(ctx, c, "trust", WithTTL(ttl), WithoutRenewal())
 			waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "trust") == 1 })
+			unlocking := time.Now()
 			if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
 				t.Fatal(err)
 			}
 			l := receiveLock(t, got, 5*time.Second, "hand-over")
 			defer l.Unlock(ctx)
-			// The fence is the server's clock in µs at the grant (it moved on
-			// since the last one): Redis keeps the lease ttl from there. A
-			// check reads the lease left (PTTL) and trusts that, less its
-			// own, smaller drift margin.
-			granted := time.UnixMicro(int64(l.Fence()))
-			margin := backend.Drift(ttl)
-			if byCheck {
-				margin = backend.Drift(0)
+			d := c.dog.deadline(l.h)
+			if !byCheck {
+				// The message gives no lease left: the waiter's last check
+				// is before the Unlock, so is its lease. (Both times are
+				// this process's monotonic clock.)
+				if margin := backend.Drift(ttl); d.After(unlocking.Add(ttl - margin)) {
+					t.Errorf("trusted until %v after the Unlock began, want at most the %v lease less %v", d.Sub(unlocking), ttl, margin)
+				}
+				return
 			}
-			if d := c.dog.deadline(l.h); d.After(granted.Add(ttl - margin)) {
-				t.Errorf("trusted until %v after the grant, want at most the %v lease less %v", d.Sub(granted), ttl, margin)
+			// A check reads the lease left (PTTL) and trusts that, less
+			// its own, smaller drift margin. The fence is the server's
+			// clock in µs at the grant (it moved on since the last one):
+			// Redis keeps the lease ttl from there. Comparing that clock
+			// with ours must allow for any setting of the wall clock
+			// meanwhile.
+			granted := time.UnixMicro(int64(l.Fence()))
+			margin := backend.Drift(0)
+			if d.After(granted.Add(ttl - margin + wallClockSet(unlocking))) {
+				t.Errorf("trusted until %v after the grant, want at most the %v lease less %v", d.Round(0).Sub(granted), ttl, margin)
 			}
 		})
 	}
+}
+
+// wallClockSet returns how far the wall clock was set, forward or back,
+// since start: the difference between the wall and the monotonic time
+// passed.
+func wallClockSet(start time.Time) time.Duration {
+	now := time.Now()
+	return (now.Round(0).Sub(start.Round(0)) - now.Sub(start)).Abs()
 }
 
 // acquire.lua: a newcomer that finds a lock expired with waiters queued
