@@ -311,7 +311,7 @@ func (s *Server) Pause(t testing.TB) {
 	if !s.runningLocked() || s.paused {
 		return
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.cmd.Process.Signal(sigStop); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		t.Fatalf("redistest: pause %s: %v", s.describeLocked(), err)
 	}
 	s.paused = true
@@ -330,7 +330,7 @@ func (s *Server) Resume(t testing.TB) {
 	if !s.runningLocked() {
 		return
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.cmd.Process.Signal(sigCont); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		t.Fatalf("redistest: resume %s: %v", s.describeLocked(), err)
 	}
 }
@@ -399,7 +399,7 @@ func (s *Server) signalAndWait(sig syscall.Signal, timeout time.Duration) error 
 	}
 	proc, done := s.cmd.Process, s.done
 	if s.paused && sig != syscall.SIGKILL {
-		_ = proc.Signal(syscall.SIGCONT)
+		_ = proc.Signal(sigCont)
 	}
 	s.paused = false
 	err := proc.Signal(sig)
