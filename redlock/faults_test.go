@@ -680,3 +680,75 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A channel that a node keeps refusing must not delay the wake-ups of the
+// other channels on that node: only its SUBSCRIBE waits for the backoff
+// before it is tried again, while the connection, still sound, is read on.
+// Node 0 alone allows other's channel (nodes 1 and 2 allow none), so only
+// its message can wake other's waiter before the holder's lease runs out.
+func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
+	cl := startCluster(t, 3)
+	ctx := context.Background()
+	job, other := lockKey("job")+":wake", lockKey("other")+":wake"
+	nodes := cl.lockerNodes(t, func(int) string { return "resetchannels" })
+	if err := cl.rdbs[0].Do(ctx, "ACL", "SETUSER", "locker", "&"+other).Err(); err != nil {
+		t.Fatal(err)
+	}
+	holder := cl.locker(t)
+	// A patient per-node timeout: an attempt after the wake-up must not
+	// fail on a loaded machine and back off.
+	waiter, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	// Leases far longer than the test waits: a waiter's own re-check comes
+	// when they would run out, so only a wake-up gets it the lock in time.
+	lj := lockEveryNode(t, cl, holder, "job", dlock.WithTTL(30*time.Second))
+	defer func() { _ = lj.Unlock(ctx) }()
+	lo := lockEveryNode(t, cl, holder, "other", dlock.WithTTL(30*time.Second))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := func(key string) <-chan error {
+		got := make(chan error, 1) // the goroutine never blocks, even after a failed test
+		go func() {
+			l, err := waiter.Lock(wctx, key)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		return got
+	}
+	gotOther := wait("other")
+	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", func() bool {
+		return cl.rdbs[0].PubSubNumSub(ctx, other).Val()[other] == 1
+	})
+	wait("job")
+	// How many times node 0 refused job's channel (ACL LOG counts the
+	// repeats of an entry).
+	refusals := func() int64 {
+		entries, _ := cl.rdbs[0].Do(ctx, "ACL", "LOG").Val().([]any)
+		for _, e := range entries {
+			if m, ok := e.(map[any]any); ok && m["object"] == job {
+				n, _ := m["count"].(int64)
+				return n
+			}
+		}
+		return 0
+	}
+	// The retries back off 50, 100, 200, 400 and 800 ms after the first
+	// five refusals, then 1 s. Release just after the sixth or a later
+	// one: job's retry is then a second away.
+	waitUntil(t, 10*time.Second, "node 0 to refuse job's channel five times", func() bool { return refusals() >= 5 })
+	n := refusals()
+	waitUntil(t, 5*time.Second, "node 0 to refuse job's channel again", func() bool { return refusals() > n })
+	if err := lo.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0's message wakes other's waiter in a few milliseconds; 600 ms
+	// leave room for a loaded machine, and are well short of the backoff.
+	if err := testutil.Receive(t, gotOther, 600*time.Millisecond, "other's waiter to be woken by the release"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,9 +16,10 @@ const (
 	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE call.
 	subscribeTimeout = time.Second
 	// A pub/sub connection that failed is retried after a backoff growing
-	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes;
-	// after an error reply, which leaves the connection as it is, the hub
-	// subscribes again itself).
+	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes).
+	// So are the channels refused by an error reply, which leaves the
+	// connection as it is: the hub subscribes them again itself, reading
+	// the other channels' messages meanwhile.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
 )
@@ -38,8 +39,9 @@ const (
 // breaks wakes the waiters too, since messages may have been lost. An error
 // reply (a SUBSCRIBE refused) leaves the connection and its subscriptions
 // as they are: the channels that node has not confirmed are subscribed
-// again, one a command, since Redis refuses a SUBSCRIBE whole if it denies
-// one of its channels.
+// again after a backoff, one a command, since Redis refuses a SUBSCRIBE
+// whole if it denies one of its channels; the node's other channels are
+// read on meanwhile.
 type hub struct {
 	b      *redlock
 	ctx    context.Context // cancelled by close: ends calls to a hung node
@@ -129,6 +131,10 @@ type nodeSub struct {
 	// resub, guarded by hub.mu, tells control to subscribe again the
 	// channels not confirmed: an error reply may have refused some of them.
 	resub bool
+	// Guarded by hub.mu: the pending resubscribe after an error reply, and
+	// its backoff (reset by a confirmation).
+	retry   *time.Timer
+	retryIn time.Duration
 }
 
 func newHub(b *redlock) *hub {
@@ -258,6 +264,7 @@ func (h *hub) confirmed(s *nodeSub, name string) {
 		return
 	}
 	c.confirmed[s.i] = true
+	s.retryIn = 0
 	if c.nconfirmed++; c.nconfirmed == h.b.quorum {
 		// Releases before now may have been missed: check again.
 		h.wakeAll(c, "")
@@ -303,10 +310,27 @@ func (h *hub) broken(s *nodeSub) {
 	}
 }
 
+// refused schedules node s's resubscribe after an error reply, unless one
+// is pending: the refusals of the channels it subscribes again one by one
+// come together. It reports whether s's reader may read on at once: not
+// before the connection delivered something since it last broke, as the
+// bare error reply can then be a new connection's set-up failing (a
+// user's OnConnect) and reading on would redial without a pause.
+func (h *hub) refused(s *nodeSub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed && s.retry == nil {
+		s.retryIn = min(max(2*s.retryIn, minBackoff), maxBackoff)
+		s.retry = time.AfterFunc(s.retryIn, func() { h.resubscribe(s) })
+	}
+	return s.live
+}
+
 // resubscribe has node s subscribe its unconfirmed channels again.
 func (h *hub) resubscribe(s *nodeSub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s.retry = nil
 	s.resub = true
 	select {
 	case s.dirty <- struct{}{}:
@@ -325,6 +349,11 @@ func (h *hub) close() {
 	for _, c := range h.chans {
 		if c.idle != nil {
 			c.idle.Stop()
+		}
+	}
+	for _, s := range h.subs {
+		if s.retry != nil {
+			s.retry.Stop()
 		}
 	}
 	subs := h.subs
@@ -409,11 +438,18 @@ func (s *nodeSub) read() {
 			default:
 			}
 			// An error reply (a SUBSCRIBE refused by an ACL, say) leaves
-			// the connection sound: nothing was lost. Only a bare reply:
-			// one wrapped by go-redis comes from a new connection it could
-			// not set up (a login refused).
-			_, refused := err.(redis.Error)
-			if !refused {
+			// the connection sound: nothing was lost, and the other
+			// channels' messages are read on at once. go-redis does not
+			// resubscribe after it, and a refused channel would stay
+			// unsubscribed for good: refused has it subscribed again
+			// after a backoff. Only a bare reply: one wrapped by go-redis
+			// comes from a new connection it could not set up (a login
+			// refused).
+			_, reply := err.(redis.Error)
+			if reply && h.refused(s) {
+				continue
+			}
+			if !reply {
 				h.broken(s)
 			}
 			t := time.NewTimer(backoff)
@@ -422,12 +458,6 @@ func (s *nodeSub) read() {
 				t.Stop()
 				return
 			case <-t.C:
-			}
-			if refused {
-				// go-redis does not reconnect and resubscribe after an
-				// error reply, and a refused channel would stay
-				// unsubscribed for good: subscribe it again.
-				h.resubscribe(s)
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
