@@ -258,6 +258,8 @@ func (w *wakeups) read(sh *shard) {
 	defer close(sh.done)
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
+	// live: the connection delivered something since it last broke.
+	live := false
 	for {
 		msg, err := w.conn(sh).Receive(context.Background())
 		// A cluster subscription lands on a node that no longer owns the
@@ -267,17 +269,23 @@ func (w *wakeups) read(sh *shard) {
 			moved = w.droppedByServer(sh, m.Channel)
 		}
 		if _, reply := err.(redis.Error); reply && !moved {
-			// An error reply (a SUBSCRIBE refused by an ACL, say): the
-			// connection is sound, so go-redis neither reconnects nor
+			// An error reply (a SUBSCRIBE refused by an ACL, say) leaves
+			// the connection sound: go-redis neither reconnects nor
 			// resubscribes, and nothing was lost, but the refused channel
-			// would stay unsubscribed for good. Only a bare reply: one
-			// wrapped by go-redis comes from a new connection it could
-			// not set up (a login refused), to be tried again after the
-			// backoff below, not at once in a tight loop.
+			// would stay unsubscribed for good: retryLater subscribes it
+			// again, and reading goes on at once. Not so for a reply
+			// wrapped by go-redis, or one that came before the connection
+			// delivered anything: a new connection that could not be set
+			// up (a login refused, the Redis client's OnConnect failing),
+			// which the next Receive would try again at once, in a tight
+			// loop. Those wait for the backoff below.
 			w.retryLater(sh)
-			continue
+			if live {
+				continue
+			}
 		}
 		if err != nil || moved {
+			live = false
 			select {
 			case <-sh.stop:
 				return
@@ -302,6 +310,7 @@ func (w *wakeups) read(sh *shard) {
 			}
 			continue
 		}
+		live = true
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,53 +266,89 @@ func TestRefusedChannelDoesNotSettleTheKindOfSubscription(t *testing.T) {
 	}
 }
 
-// A pub/sub connection that cannot be made again (its user's password was
-// changed, and the server cut the connection) fails with an error reply
-// at every Receive, read from no connection: the read goroutine must wait
-// between tries, as for any other broken connection, not reconnect in a
-// tight loop that hammers the server with logins.
+// A pub/sub connection that cannot be made again fails with an error
+// reply at every Receive, read from no connection: the read goroutine must
+// wait between tries, as for any other broken connection, not reconnect in
+// a tight loop that hammers the server with logins. The reply comes
+// wrapped by go-redis when the login is refused (the user's password was
+// changed, and the server cut the connection), and bare when the Redis
+// client's own OnConnect fails with it.
 func TestWakeReconnectRefusedByServerBacksOff(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	admin := srv.Client(t)
-	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "allchannels", "+@all").Err(); err != nil {
-		t.Fatal(err)
+	type setup struct {
+		rdb    *redis.Client
+		refuse func() // from now on, every try to connect again fails
+		cut    []any  // the CLIENT KILL filter that cuts the connection
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
-	t.Cleanup(func() { rdb.Close() })
-	c := newClientOn(t, rdb)
-	lingeringChannel(t, c, "k")
-
-	// The password changes; connections already logged in stay so until cut.
-	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "resetpass", ">other").Err(); err != nil {
-		t.Fatal(err)
-	}
-	// Every try to connect again is refused at its login.
-	tries := func() int {
-		t.Helper()
-		info, err := admin.Info(ctx, "stats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
-				n, _ := strconv.Atoi(v)
-				return n
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, srv *redistest.Server, admin *redis.Client) setup
+	}{
+		{"login refused", func(t *testing.T, srv *redistest.Server, admin *redis.Client) setup {
+			if err := admin.Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "allchannels", "+@all").Err(); err != nil {
+				t.Fatal(err)
 			}
-		}
-		t.Fatal("no total_connections_received in INFO stats")
-		return 0
-	}
-	before := tries()
-	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "locker").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 5*time.Second, "a try to connect again", func() bool { return tries() > before })
-	// A measurement window, not a synchronization: tries 100 ms apart make
-	// about 5 in it (fewer on a loaded machine, never more).
-	from := tries()
-	time.Sleep(500 * time.Millisecond)
-	if n := tries() - from; n > 20 {
-		t.Errorf("%d refused logins in 500 ms: the pub/sub connection is retried in a tight loop", n)
+			// Connections already logged in stay so until cut.
+			return setup{
+				rdb: redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"}),
+				refuse: func() {
+					if err := admin.Do(context.Background(), "ACL", "SETUSER", "locker", "resetpass", ">other").Err(); err != nil {
+						t.Error(err)
+					}
+				},
+				cut: []any{"USER", "locker"},
+			}
+		}},
+		{"OnConnect failed", func(t *testing.T, srv *redistest.Server, _ *redis.Client) setup {
+			var failing atomic.Bool
+			return setup{
+				rdb: redis.NewClient(&redis.Options{Addr: srv.Addr(), OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+					if failing.Load() {
+						return cn.Do(ctx, "DLOCK-TEST-NO-SUCH-COMMAND").Err() // a bare error reply
+					}
+					return nil
+				}}),
+				refuse: func() { failing.Store(true) },
+				cut:    []any{"TYPE", "pubsub"},
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			admin := srv.Client(t)
+			s := tc.setup(t, srv, admin)
+			t.Cleanup(func() { s.rdb.Close() })
+			c := newClientOn(t, s.rdb)
+			lingeringChannel(t, c, "k")
+			s.refuse()
+			tries := func() int {
+				t.Helper()
+				info, err := admin.Info(ctx, "stats").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(info, "\r\n") {
+					if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+						n, _ := strconv.Atoi(v)
+						return n
+					}
+				}
+				t.Fatal("no total_connections_received in INFO stats")
+				return 0
+			}
+			before := tries()
+			if err := admin.Do(ctx, append([]any{"CLIENT", "KILL"}, s.cut...)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 5*time.Second, "a try to connect again", func() bool { return tries() > before })
+			// A measurement window, not a synchronization: tries 100 ms
+			// apart make about 5 in it (fewer on a loaded machine, never
+			// more).
+			from := tries()
+			time.Sleep(500 * time.Millisecond)
+			if n := tries() - from; n > 20 {
+				t.Errorf("%d refused connections in 500 ms: the pub/sub connection is retried in a tight loop", n)
+			}
+		})
 	}
 }
