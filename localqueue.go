@@ -231,6 +231,9 @@ type resumedRetry struct {
 	due time.Time
 }
 
+// FirstDue is when the delay under way ends (backend.Resumed).
+func (o resumedRetry) FirstDue() time.Time { return o.due }
+
 func (o resumedRetry) Backoff(attempt int) (time.Duration, bool) {
 	if attempt == 1 {
 		return time.Until(o.due), true // the rest of the delay under way

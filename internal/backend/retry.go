@@ -25,7 +25,19 @@ func (s *RetrySchedule) Next(start time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	s.due = start.Add(max(d, MinBackoff))
+	if r, ok := s.Retry.(Resumed); ok && s.attempt == 1 {
+		// d was read after this check's round trip: counted from start,
+		// it would pull the check forward by that long.
+		s.due = r.FirstDue()
+	}
 	return s.due, true
+}
+
+// Resumed is a Retry that continues a schedule begun elsewhere (a wait in
+// the process, WithLocalQueue): its first counted check is due at a set
+// instant, not a delay after the check that found the lock taken.
+type Resumed interface {
+	FirstDue() time.Time
 }
 
 // MinBackoff is the shortest wait before a counted check: a Retry that asks
