@@ -370,3 +370,41 @@ func TestWaiterChecksAgainWhenTheLeaseRunsOut(t *testing.T) {
 		_ = held.Unlock(ctx) // lost, and found so
 	}
 }
+
+// A lock handed over starts with a lease of at most the queue TTL (3 s),
+// shorter than the lease the watchdog renews (30 s). A renewal that fails
+// must be tried again within that short lease, as it is within a full one
+// (six times before the lease runs out), not only after a tenth of the
+// full lease, when the short one is long over: one failed round trip
+// would lose the lock while Redis is back at once.
+func TestHandedOverLockSurvivesOneFailedRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	var failed atomic.Int32
+	errDown := errors.New("connection reset")
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			failed.Add(1)
+			return errDown
+		}
+		return nil
+	}}})
+	holder := newClientOn(t, rdb)
+	a := mustLock(t, holder, "handed", WithTTL(time.Minute))
+	got := lockAsync(ctx, c, "handed") // default lease 30 s, queue TTL 3 s
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "handed") == 1 })
+	armed.Store(true) // the first renewal of the handed-over lock fails
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	defer l.Unlock(ctx)
+	waitUntil(t, 5*time.Second, "the first renewal to fail", func() bool { return failed.Load() == 1 })
+	waitUntil(t, 10*time.Second, "a renewal to succeed or the lock to be lost", func() bool {
+		return l.Context().Err() != nil || rdb.PTTL(ctx, c.keys("handed").lock).Val() > 10*time.Second
+	})
+	if err := l.Context().Err(); err != nil {
+		t.Fatalf("one failed renewal lost the handed-over lock: %v", context.Cause(l.Context()))
+	}
+}

@@ -29,6 +29,7 @@ type hold struct {
 	deadline   time.Time     // the lease can be trusted before this instant
 	nextRenew  time.Time
 	slack      time.Duration // how early a renewal may go to share a round trip
+	trusted    time.Duration // the lease last trusted (trust): a hand-over's is shorter than ttl
 	busy       bool          // a renewal or an Extend is in flight
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
@@ -42,6 +43,7 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 	h.deadline = start.Add(d - backend.Drift(d))
 	h.nextRenew = start.Add(d / 3)
 	h.slack = d / 6
+	h.trusted = d
 }
 
 // watchdog renews the held locks of one Client from a single goroutine and
@@ -413,8 +415,9 @@ func (w *watchdog) renew(due []*hold) {
 			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
 			delete(w.holds, h)
 		default:
-			// Try again soon; the deadline decides when it is lost.
-			h.nextRenew = time.Now().Add(max(h.ttl/10, MinTTL))
+			// Try again soon, within the lease trusted now (a hand-over's
+			// is shorter than ttl); the deadline decides when it is lost.
+			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
 			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key)
 		}
