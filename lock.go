@@ -181,9 +181,10 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 		return redisError("unlock", l.Key(), err)
 	}
 	l.released = true
-	if left < 0 && !(l.unsure && (wasReleased || wasLive && time.Now().Before(l.c.dog.deadline(l.h)))) {
+	if left < 0 && !(l.unsure && l.level == 1 && (wasReleased || wasLive && time.Now().Before(l.c.dog.deadline(l.h)))) {
 		// Not held, and not because an earlier try of ours released it (the
-		// lease was still trusted, so only that try can have removed it).
+		// lease was still trusted, so only that try can have removed it; a
+		// try of an inner level only lowers the hold count).
 		err := fmt.Errorf("dlock: unlock %q: %w", l.Key(), ErrNotHeld)
 		if wasLive && l.level > 1 && l.c.dog.releasedBySelf(l.h) {
 			// The outer Unlock's release, under way, removed it (as a

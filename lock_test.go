@@ -1115,3 +1115,35 @@ func TestUnlockOfForceReleasedLockSaysLost(t *testing.T) {
 		t.Errorf("Context cause = %v, want ErrLockLost", cause)
 	}
 }
+
+// An inner (re-entered) Unlock whose reply was lost, tried again, cannot
+// have removed the lock itself: a release of a level above 1 only lowers
+// the hold count. If the retry finds the lock gone while it was still
+// trusted, an operator force-released it: the retry reports ErrNotHeld and
+// ErrLockLost, and the hold ends as lost, as for an Unlock never tried.
+func TestRetriedInnerUnlockReportsForceRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	errLost := errors.New("connection reset")
+	loseReply, arm := failNext(errLost)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: loseReply}})
+	outer := mustLock(t, c, "nested-force")
+	inner, err := c.Lock(outer.Context(), "nested-force")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm()
+	if err := inner.Unlock(ctx); !errors.Is(err, errLost) {
+		t.Fatalf("inner Unlock with a lost reply = %v, want %v", err, errLost)
+	}
+	if err := c.ForceRelease(ctx, "nested-force"); err != nil {
+		t.Fatal(err)
+	}
+	err = inner.Unlock(ctx)
+	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("retried inner Unlock of a force-released lock = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+	if cause := context.Cause(outer.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("the outer lock's Context: cause %v, want ErrLockLost", cause)
+	}
+}
