@@ -134,6 +134,14 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // context, say) still sends the release, and waits for it up to
 // endedUnlockWait (1 s; a Redlock Client, its per-node timeout of
 // releases), rather than leave the lock held until its lease runs out.
+//
+// go-redis itself runs a command again when the connection breaks before
+// its reply (Options.MaxRetries, 3 by default). A release that had run is
+// then run a second time, finds the lock gone, and Unlock reports
+// ErrNotHeld and ErrLockLost: it cannot tell that from a lock removed by
+// someone else, and errs on the side of a loss. With MaxRetries: -1 such
+// an Unlock returns the network error instead, and calling it again
+// settles it (nil if the first try released the lock).
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
