@@ -78,6 +78,19 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, req.Key}, h))
 	h.endsLocal()
+	// Lost at its max hold, its in-process lock goes to the next goroutine:
+	// it is held no more, and a late Unlock says so (ErrNotHeld,
+	// ErrLockLost), as when a lease runs out in Redis. Close leaves it held,
+	// as it leaves a Redis lock: Unlock still frees it.
+	end := h.cancel
+	h.cancel = func(cause error) {
+		if !errors.Is(cause, ErrReleased) && !errors.Is(cause, ErrClosed) {
+			x.mu.Lock()
+			x.count = 0
+			x.mu.Unlock()
+		}
+		end(cause)
+	}
 	if err := c.dog.add(h); err != nil {
 		h.cancel(err)
 		c.acquireEnd(actx, x, req, nil, err)

@@ -307,3 +307,50 @@ func TestDegradedLockMaxHold(t *testing.T) {
 		t.Errorf("%d keys left in the local locks", n)
 	}
 }
+
+// TestDegradedLockLostAtMaxHoldUnlockReportsTheLoss: a degraded lock lost
+// at its max hold (its in-process lock handed to the next goroutine) is
+// not held any more: its late Unlock, and its re-entered Lock's, report
+// ErrNotHeld and ErrLockLost, as they do for a lock from Redis, rather
+// than a successful release (Lock.Unlock's godoc).
+func TestDegradedLockLostAtMaxHoldUnlockReportsTheLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	rec := &recorder{}
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec))
+	ctx := context.Background()
+	srv.Stop(t)
+
+	stuck, err := c.Lock(ctx, "job", WithMaxHold(100*time.Millisecond))
+	if err != nil || !stuck.Degraded() {
+		t.Fatalf("Lock with Redis down = %v, %v; want a degraded lock", stuck, err)
+	}
+	inner, err := c.Lock(stuck.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-stuck.Done()
+	if cause := context.Cause(stuck.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+	// Another goroutine holds the key now.
+	next, err := c.TryLock(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryLock after the loss: %v", err)
+	}
+	defer next.Unlock(ctx)
+	if err := inner.Unlock(ctx); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("inner Unlock after the loss = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+	if err := stuck.Unlock(ctx); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock after the loss = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.releases {
+		if e.Outcome == ReleaseOK {
+			t.Errorf("Observer told of a successful release of a lost lock: %+v", e)
+		}
+	}
+}
