@@ -74,6 +74,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			}
 		}()
 	}
+	// A panic from here on (a RetryStrategy's, a go-redis hook's) ends the
+	// acquisition: the Observer hears of it. Every return has reported.
+	defer c.acquirePanicked(actx, x, &req)
 	// Close waits for the Redis part of the call only: the Observer's
 	// callbacks may call Close themselves.
 	if !c.begin() {

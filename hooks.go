@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ type holdExtra struct {
 	local    *localHold // the key's in-process lock, given back when the hold ends
 	record   bool       // record the hold time for adaptive leases at release
 	degraded bool       // held in-process only (degraded mode)
+	ended    bool       // acquireEnd reported the acquisition's end
 
 	mu    sync.Mutex
 	count int // hold count of a degraded lock
@@ -96,6 +98,15 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 			ctx = octx
 		}
 	}
+	// A panic on the way (a RetryStrategy's, a go-redis hook's) ends the
+	// acquisition too: the Observer hears of it (acquire does the same
+	// from here on).
+	prepared := false
+	defer func() {
+		if !prepared {
+			c.acquirePanicked(ctx, x, req)
+		}
+	}()
 	if a != nil {
 		x.record = c.sizeLease(ctx, req, cfg, a)
 	}
@@ -109,8 +120,21 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 		}
 		x.local, req.Retry = lh, rest
 	}
+	prepared = true
 	return x, ctx, nil
 }
+
+// acquirePanicked reports the end of an acquisition that a panic cut
+// short, unless acquireEnd reported it already (the Observer's own panic).
+func (c *Client) acquirePanicked(ctx context.Context, x *holdExtra, req *backend.Request) {
+	if x != nil && !x.ended {
+		c.acquireEnd(ctx, x, req, nil, fmt.Errorf("dlock: lock %q: %w", req.Key, errAcquirePanicked))
+	}
+}
+
+// errAcquirePanicked is the error AcquireEnd reports for a Lock or TryLock
+// call that panicked.
+var errAcquirePanicked = errors.New("acquisition panicked")
 
 // acquireFailed handles an acquisition the backend refused with err: in
 // the degraded mode an unreachable Redis still gets an in-process lock.
@@ -128,6 +152,7 @@ func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Requ
 	if x == nil {
 		return
 	}
+	x.ended = true
 	e := AcquireEndEvent{Key: req.Key, Wait: req.Wait, WaitTime: time.Since(x.start), Err: err}
 	switch {
 	case err == nil && x.degraded:

@@ -541,3 +541,42 @@ func TestObserverPanicAtReleaseStartKeepsTheHold(t *testing.T) {
 		t.Fatalf("the lock ended with %v, want ErrLockLost: the failed Unlock counted as a release", cause)
 	}
 }
+
+// A Lock call that panics (a RetryStrategy's bug, while waiting in the
+// process or in Redis; net/http recovers a handler's panic and goes on)
+// has ended: the Observer hears of its end, or the metrics count it as
+// under way for good (acquires_in_flight) and its trace span never ends.
+func TestObserverHearsTheEndOfAPanickedLock(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec), WithLocalQueue())
+	other := newClientOn(t, rdb) // another process
+	ctx := context.Background()
+	lockPanics := func(key string) {
+		t.Helper()
+		done := make(chan any)
+		go func() {
+			defer func() { done <- recover() }()
+			_, _ = c.Lock(ctx, key, WithRetry(tableRetry{5 * time.Millisecond}))
+		}()
+		if r := <-done; r == nil {
+			t.Fatalf("Lock(%q) with a strategy that runs out did not panic", key)
+		}
+	}
+	mine := mustLock(t, c, "local") // the panic while waiting in the process
+	lockPanics("local")
+	theirs := mustLock(t, other, "redis") // the panic while waiting in Redis
+	lockPanics("redis")
+	_ = mine.Unlock(ctx)
+	_ = theirs.Unlock(ctx)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != len(rec.starts) {
+		t.Fatalf("%d acquisitions started, %d ended: %+v", len(rec.starts), len(rec.acquires), rec.acquires)
+	}
+	for _, e := range rec.acquires[1:] {
+		if e.Outcome != AcquireError || e.Err == nil {
+			t.Errorf("end of a panicked Lock: %+v", e)
+		}
+	}
+}
