@@ -202,10 +202,12 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	// The requests to the nodes not waited for go on; they are cancelled
 	// before this attempt's holds are released (at once if it fails, else
 	// by Release), so that none still waiting to be sent goes out after the
-	// release and leaves a hold nobody owns.
+	// release and leaves a hold nobody owns. Not by the caller's
+	// cancellation: once a majority granted the lock, the caller may end
+	// ctx, and the slower nodes must still get it.
 	actx, stopAcquire := context.WithCancel(context.Background())
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (acquireReply, error) {
-		ctx, cancel := context.WithCancel(ctx)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		defer context.AfterFunc(actx, cancel)()
 		v, err := acquireScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, lease, r.Meta).Slice()

@@ -250,3 +250,45 @@ func TestUnlockWithEndedContextWaitsAtMostTheNodeTimeout(t *testing.T) {
 		t.Errorf("Unlock with two of three nodes hung = %v, want ErrNoQuorum and ErrNodeTimeout", err)
 	}
 }
+
+// A Lock that succeeded (a majority granted it) still takes the lock on
+// the nodes slower than that majority after its caller's context ends (a
+// deferred cancel of the context Lock was given, a request's context): only
+// a failed attempt or Unlock may stop those acquires. Else the lock sits on
+// a bare majority, renewals never give it to the slower node, and it is
+// lost with one node down although a majority of the nodes is up.
+func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+	cl.rdbs[2].AddHook(h)
+	obs := &renewCounter{}
+	c := cl.locker(t, dlock.WithObserver(obs))
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+
+	h.armed.Store(true)
+	lctx, cancel := context.WithCancel(ctx)
+	l, err := c.Lock(lctx, "job", dlock.WithTTL(1500*time.Millisecond)) // nodes 0 and 1 grant it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	<-h.held
+	cancel() // the caller is done with the context it locked with
+	close(h.gate)
+	if err := <-h.finished; err != nil {
+		t.Errorf("node 2's acquire ended with %v once the caller's context ended", err)
+	}
+	if got := cl.holders(t, "job", l.Token()); len(got) != 3 {
+		t.Errorf("the lock is on nodes %v, want all 3", got)
+	}
+	// So one node down leaves a majority that holds it.
+	cl.srvs[0].Kill(t)
+	n := obs.ok.Load()
+	waitUntil(t, 10*time.Second, "three more renewals or the loss", func() bool {
+		return obs.ok.Load() >= n+3 || l.Context().Err() != nil
+	})
+	if err := l.Context().Err(); err != nil {
+		t.Errorf("lock lost with 2 of 3 nodes up: %v", context.Cause(l.Context()))
+	}
+}

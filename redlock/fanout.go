@@ -149,7 +149,8 @@ func (b *redlock) all() []int {
 // function starting them (the last request to finish calls cancel). They
 // end with the caller's cancellation: an acquisition the caller gave up
 // must not be sent after the failed attempt's release. Releases detach
-// from it themselves (Release, releaseAttempt).
+// from it themselves (Release, releaseAttempt), and so do acquires (try),
+// which the attempt stops itself before it releases.
 func detachedTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
