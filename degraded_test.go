@@ -17,11 +17,29 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func TestDegradedModeWhenRedisIsDown(t *testing.T) {
-	srv := redistest.Start(t)
-	// Fail fast at the client too: no retries, no dial back-off.
+// failFastClient is a go-redis client of srv that fails at once while srv
+// is down: no retries, no dial back-off.
+func failFastClient(t *testing.T, srv *redistest.Server) *redis.Client {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// degradedWhileDown returns a Client in the degraded mode, with an
+// Observer, whose Redis is down.
+func degradedWhileDown(t *testing.T) (*Client, *recorder) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	c := newClientOn(t, failFastClient(t, srv), WithDegradedMode(LocalFallback), WithObserver(rec))
+	srv.Stop(t)
+	return c, rec
+}
+
+func TestDegradedModeWhenRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := failFastClient(t, srv)
 	var logs syncBuffer
 	rec := &recorder{}
 	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec),
@@ -209,8 +227,7 @@ func TestUnreachable(t *testing.T) {
 // the hold ended, the next goroutine gets one.
 func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := failFastClient(t, srv)
 	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback))
 	ctx := context.Background()
 	first := mustLock(t, c, "job", WithTTL(time.Second))
@@ -242,13 +259,8 @@ func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 // hold it is lost (its Context ends, the Observer is told) and the
 // Client's next goroutine gets its turn, without the stuck holder's Unlock.
 func TestDegradedLockMaxHold(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
-	rec := &recorder{}
-	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec))
+	c, rec := degradedWhileDown(t)
 	ctx := context.Background()
-	srv.Stop(t)
 
 	const maxHold = 200 * time.Millisecond
 	start := time.Now()
@@ -314,13 +326,8 @@ func TestDegradedLockMaxHold(t *testing.T) {
 // ErrNotHeld and ErrLockLost, as they do for a lock from Redis, rather
 // than a successful release (Lock.Unlock's godoc).
 func TestDegradedLockLostAtMaxHoldUnlockReportsTheLoss(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
-	rec := &recorder{}
-	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback), WithObserver(rec))
+	c, rec := degradedWhileDown(t)
 	ctx := context.Background()
-	srv.Stop(t)
 
 	stuck, err := c.Lock(ctx, "job", WithMaxHold(100*time.Millisecond))
 	if err != nil || !stuck.Degraded() {

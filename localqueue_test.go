@@ -324,6 +324,20 @@ func (r tableRetry) Backoff(attempt int) (time.Duration, bool) {
 	return r[attempt-1], attempt <= len(r)
 }
 
+// lockPanics calls c.Lock(key) with a tableRetry that panics when the lock
+// stays taken, and fails the test unless the call panicked.
+func lockPanics(t *testing.T, c *Client, key string) {
+	t.Helper()
+	done := make(chan any)
+	go func() {
+		defer func() { done <- recover() }()
+		_, _ = c.Lock(context.Background(), key, WithRetry(tableRetry{5 * time.Millisecond}))
+	}()
+	if r := <-done; r == nil {
+		t.Fatalf("Lock(%q) with a strategy that runs out did not panic", key)
+	}
+}
+
 // TestLocalQueuePanicDoesNotWedgeTheKey: a panic during a Lock call (here
 // a custom RetryStrategy's; net/http recovers a handler's panic and the
 // process goes on) must not leave the key's in-process lock taken or
@@ -336,17 +350,6 @@ func TestLocalQueuePanicDoesNotWedgeTheKey(t *testing.T) {
 	c, rdb, _ := newTestClient(t, WithLocalQueue(), WithQueueTTL(time.Second))
 	other := newClientOn(t, rdb) // another process
 	ctx := context.Background()
-	lockPanics := func(key string) {
-		t.Helper()
-		done := make(chan any)
-		go func() {
-			defer func() { done <- recover() }()
-			_, _ = c.Lock(ctx, key, WithRetry(tableRetry{5 * time.Millisecond}))
-		}()
-		if r := <-done; r == nil {
-			t.Fatalf("Lock(%q) with a strategy that runs out did not panic", key)
-		}
-	}
 	lockAfter := func(key string) {
 		t.Helper()
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -360,7 +363,7 @@ func TestLocalQueuePanicDoesNotWedgeTheKey(t *testing.T) {
 
 	// The panic while waiting in the process, behind a goroutine of ours.
 	mine := mustLock(t, c, "local")
-	lockPanics("local")
+	lockPanics(t, c, "local")
 	if err := mine.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +371,7 @@ func TestLocalQueuePanicDoesNotWedgeTheKey(t *testing.T) {
 
 	// The panic while waiting in Redis, behind another process.
 	theirs := mustLock(t, other, "redis")
-	lockPanics("redis")
+	lockPanics(t, c, "redis")
 	if err := theirs.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

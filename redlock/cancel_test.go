@@ -279,16 +279,5 @@ func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) 
 	if err := <-h.finished; err != nil {
 		t.Errorf("node 2's acquire ended with %v once the caller's context ended", err)
 	}
-	if got := cl.holders(t, "job", l.Token()); len(got) != 3 {
-		t.Errorf("the lock is on nodes %v, want all 3", got)
-	}
-	// So one node down leaves a majority that holds it.
-	cl.srvs[0].Kill(t)
-	n := obs.ok.Load()
-	waitUntil(t, 10*time.Second, "three more renewals or the loss", func() bool {
-		return obs.ok.Load() >= n+3 || l.Context().Err() != nil
-	})
-	if err := l.Context().Err(); err != nil {
-		t.Errorf("lock lost with 2 of 3 nodes up: %v", context.Cause(l.Context()))
-	}
+	onEveryNodeSurvivesOneDown(t, cl, obs, l, "job")
 }
