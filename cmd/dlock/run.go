@@ -155,8 +155,12 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	}
 	// Catch signals before taking the lock: from now on they end the wait
 	// or go to the command, and never kill dlock while it holds the lock.
+	// A signal dlock was started ignoring (nohup, a shell's background
+	// job) stays ignored, by dlock and by COMMAND, which inherits that.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
+	if caught := notIgnored(forwardedSignals); len(caught) > 0 {
+		signal.Notify(sigs, caught...) // with none, Notify would catch all
+	}
 	defer signal.Stop(sigs)
 
 	ctx, stopWatching := watchSignals(sigs)
@@ -234,6 +238,19 @@ func commandMeta(name string) string {
 		name = name[size:]
 	}
 	return "…" + name
+}
+
+// notIgnored returns the signals of sigs that this process was not
+// started ignoring: catching one of those would undo the ignoring for
+// COMMAND too.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, s := range sigs {
+		if !signal.Ignored(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // errMaxHold is the cause of a stop when --max-hold passes.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,4 +184,45 @@ func TestDemoAndBenchInterruptedWhileStarting(t *testing.T) {
 		})
 		interrupt(t, p)
 	})
+}
+
+// `nohup dlock run KEY -- COMMAND &` (or a shell's background job, started
+// with SIGINT and SIGQUIT ignored) must leave COMMAND as nohup leaves it:
+// a signal dlock was started ignoring is not caught and forwarded (that
+// would make the hang-up at logout kill COMMAND), and COMMAND inherits it
+// ignored, as it would without dlock in between.
+func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	const key = "nohup"
+	// sh sets SIGHUP ignored, as nohup does, and execs dlock.
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.Command("sh", "-c", `trap '' HUP; exec "$@"`, "sh", dlockBin,
+		"--redis", sharedURL(), "run", key, "--", "sh", "-c",
+		`trap 'echo USR1 >> "$LOG"; exit 0' USR1; echo started >> "$LOG"; sleep 1000 & wait`)
+	p.cmd.Env = baseEnv("LOG=" + log)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.WaitDelay = 5 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	// The hang-up must not reach COMMAND; the SIGUSR1 after it must (and
+	// ends it: dlock forwards signals in the order they came).
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1} {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit status %d, want 0: the SIGHUP that nohup ignores killed COMMAND; log %q; stderr:\n%s", code, fileText(log), p.stderr.String())
+	}
+	if got := fileText(log); got != "started\nUSR1\n" {
+		t.Errorf("command log %q", got)
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
 }
