@@ -100,10 +100,21 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 }
 
 // badURL is the usage error for a URL that does not parse. A *url.Error
-// quotes the URL, so only its cause is kept.
+// quotes the URL, so only its cause is kept. That cause may quote part of
+// the password (a '/', '?' or '#' in it ends the host early: `invalid port
+// ":secret" after host`), so with a password the cause is that of the URL
+// with the password redacted, or else the password is what is wrong.
 func badURL(raw string, err error) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = ue.Err
+		if _, pw := splitUserinfo(raw); pw != "" {
+			err = errors.New("the user or password has characters that must be percent-encoded (such as / ? # %)")
+			if _, rerr := url.Parse(redactURL(raw)); rerr != nil {
+				if ue, ok := errors.AsType[*url.Error](rerr); ok {
+					err = ue.Err
+				}
+			}
+		}
 	}
 	return usagef("invalid Redis URL %s: %v", redactURL(raw), err)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -74,5 +75,30 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("the password was printed: %q", r.stderr)
 			}
 		})
+	}
+}
+
+// README: "Passwords never appear in output or errors." A password with a
+// '/', '?' or '#' (base64 has '/') that is not percent-encoded ends the
+// URL's host early, and url.Parse's error quotes what it took for the port:
+// the password up to that character. The error must say what is wrong
+// without any of it; percent-encoded, the same password works.
+func TestBadURLDoesNotPrintPassword(t *testing.T) {
+	t.Parallel()
+	for _, sep := range []string{"/", "?", "#"} {
+		pw := secret + sep + "tail"
+		srv := redistest.Start(t, redistest.WithConfig("requirepass", pw))
+		for _, user := range []string{"", "default"} {
+			raw := "redis://" + user + ":" + pw + "@" + srv.Addr()
+			r := dlockRun(t, nil, "--redis", raw, "inspect", "k").want(t, exitUsage)
+			if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "invalid Redis URL redis://"+user+":xxxxx@"+srv.Addr()) {
+				t.Errorf("%s: stderr %q", raw, r.stderr)
+			}
+			if strings.Contains(r.stderr+r.stdout, secret) {
+				t.Errorf("%s: part of the password was printed: %q", raw, r.stderr)
+			}
+			escaped := "redis://" + user + ":" + url.QueryEscape(pw) + "@" + srv.Addr()
+			dlockRun(t, nil, "--redis", escaped, "inspect", "k").want(t, 0)
+		}
 	}
 }
