@@ -120,6 +120,16 @@ func (c *child) status() int {
 	return ws.ExitStatus()
 }
 
+// lossCause is why l's Context ended while the command ran: only a loss
+// can end it then.
+func lossCause(l *dlock.Lock) error {
+	cause := context.Cause(l.Context())
+	if cause == nil || errors.Is(cause, dlock.ErrReleased) {
+		cause = dlock.ErrLockLost
+	}
+	return cause
+}
+
 // supervise waits for the command to exit, forwarding signals to it, and
 // stops it if the lock is lost or maxHold (if positive) passes: SIGTERM,
 // then SIGKILL after grace. It returns the cause of the stop (errMaxHold
@@ -146,6 +156,11 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	for {
 		select {
 		case <-ch.done:
+			if lost == nil && l.Context().Err() != nil {
+				// Lost as the command ended (select picks either): it may
+				// have been first, so report it, as Do does.
+				lost = lossCause(l)
+			}
 			return lost
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
@@ -154,10 +169,7 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 			}
 			ch.signal(sig)
 		case <-lockDone:
-			cause := context.Cause(l.Context())
-			if cause == nil || errors.Is(cause, dlock.ErrReleased) {
-				cause = dlock.ErrLockLost
-			}
+			cause := lossCause(l)
 			stop(cause, fmt.Sprintf("lost the lock %q (%s)", l.Key(), a.errorLine(cause)))
 		case <-holdC:
 			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for lock %q", maxHold, l.Key()))

@@ -205,7 +205,8 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 			a.unlock(l) // still ours: renewed through --grace (see acquire)
 			return exitf(exitLockLost, "lock %q: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", key, f.maxHold, status)
 		}
-		return exitf(exitLockLost, "lock %q was lost while the command ran (%v); the command was stopped (its status: %d)", key, lost, status)
+		// Stopped (supervise said so on stderr), or lost as it exited.
+		return exitf(exitLockLost, "lock %q was lost while the command ran (%v): its work may have overlapped another holder's (its status: %d)", key, lost, status)
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()

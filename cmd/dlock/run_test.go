@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -384,6 +386,41 @@ func TestRunDefaultMetaFromAnyCommandName(t *testing.T) {
 		r := dlockRun(t, nil, "--redis", sharedURL(), "run", "meta-default", "--", path).want(t, 0)
 		if r.stdout != "ran\n" {
 			t.Errorf("%q: stdout %q", path, r.stdout)
+		}
+	}
+}
+
+// A lock lost just as the command exits, both ready when supervise looks
+// (its select picks either), is reported as lost: the loss may have come
+// first, and the command may have overlapped another holder. Do does the
+// same.
+func TestSuperviseReportsALossAsTheCommandExits(t *testing.T) {
+	t.Parallel()
+	c := lockClient(t, shared.Addr())
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "supervise-race", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ForceRelease(ctx, "supervise-race"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done(): // found by its next renewal
+	case <-time.After(5 * time.Second):
+		t.Fatal("the force-released lock was not found lost")
+	}
+	ch, err := startChild("/bin/true", []string{"true"}, os.Environ(), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch.done
+	a := &app{stdout: io.Discard, stderr: io.Discard}
+	// Each call's select picks at random: 20 are all wrong by chance once
+	// in a million runs.
+	for range 20 {
+		if err := a.supervise(ch, l, nil, time.Second, 0); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("supervise of a command that exited as its lock was lost = %v, want ErrLockLost", err)
 		}
 	}
 }
