@@ -99,7 +99,7 @@ func TestLostLockAtTerminalStopsTheCommandsProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Unlock(context.Background())
-	waitUntil(t, 5*time.Second, fmt.Sprintf("the command's background process %d to be stopped: dlock exited %d (\"the command was stopped\") and another client holds the lock now (fence %d)", pid, exitLockLost, l.Fence()),
+	waitUntil(t, 5*time.Second, fmt.Sprintf("the command's background process %d to be stopped: dlock exited %d (lock lost) and another client holds the lock now (fence %d)", pid, exitLockLost, l.Fence()),
 		func() bool { return processGone(pid) })
 }
 
