@@ -260,7 +260,9 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		} else {
 			stored, ferrs := b.storeFence(ctx, k, token, fence, granted, timeout)
 			if stored >= q && validity() > 0 {
-				l := &backend.Lease{Key: r.Key, Token: token, Data: &lockData{keys: k, lease: r.TTL, stopAcquire: stopAcquire}}
+				d := &lockData{keys: k, stopAcquire: stopAcquire}
+				d.lease.Store(int64(r.TTL))
+				l := &backend.Lease{Key: r.Key, Token: token, Data: d}
 				return tryResult{grant: backend.Grant{Lease: l, Fence: fence, Start: start, TTL: r.TTL}}
 			}
 			detail = fmt.Sprintf("the fence was stored on %d nodes only", stored)

@@ -150,6 +150,14 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 // Extend resets one lease to ttl on every node; it needs a majority.
 func (b *redlock) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
 	out, replies := b.renew(ctx, []backend.Renewal{{Lease: l, TTL: ttl}}, l.NextExtend())
+	d := data(l)
+	switch {
+	case out[0] == backend.Held:
+		d.lease.Store(int64(ttl))
+	case out[0] == backend.Unknown && int64(ttl) > d.lease.Load():
+		// Some nodes may have the longer lease: allow for it.
+		d.lease.Store(int64(ttl))
+	}
 	if out[0] != backend.Unknown {
 		return out[0], nil
 	}
@@ -181,7 +189,7 @@ func (b *redlock) errorFrom(op, key string, rs []reply[int64], yes func(int64) b
 // is not renewed (the quorum-th longest of the nodes' remaining leases).
 func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
 	d := data(l)
-	timeout := b.opTimeout(d.lease)
+	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v != -3 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
@@ -224,7 +232,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	d := data(l)
 	d.stopAcquire()
-	timeout := b.opTimeout(d.lease)
+	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v >= 0 }
 	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		return releaseScript.Run(rctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
@@ -255,7 +263,7 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 // majority. It returns the new hold count, or 0 when a majority is lost.
 func (b *redlock) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
 	d := data(l)
-	timeout := b.opTimeout(d.lease)
+	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v > 0 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {

@@ -51,8 +51,8 @@
 // Unlock sends the release to every node even if its ctx has ended (a
 // deferred Unlock with the request's context), and waits for the nodes'
 // answers until a majority decided it, at most the per-node timeout of
-// releases (max(NodeTimeout, min(lease/4, 1 s))): it reports what the
-// nodes did.
+// releases (max(NodeTimeout, min(lease/4, 1 s)), with the lease as the
+// last Extend set it): it reports what the nodes did.
 //
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
@@ -72,6 +72,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,8 +112,8 @@ type Config struct {
 	// Default: lease/10, between 2 ms and MaxNodeTimeout. It must be well
 	// below the lease, since the time spent waiting is taken off the
 	// validity. Renewals, releases and reads wait max(NodeTimeout,
-	// min(lease/4, 1 s)); releases wait that long even if the caller's
-	// context has ended.
+	// min(lease/4, 1 s)), with the lease as the last Extend set it;
+	// releases wait that long even if the caller's context has ended.
 	NodeTimeout time.Duration
 	// RetryDelay bounds the random delay before retrying an attempt that
 	// got no majority although the lock was not held by anyone else (a race
@@ -283,14 +284,26 @@ func (b *redlock) keys(key string) keys {
 
 // lockData is what a Lease carries for this backend.
 type lockData struct {
-	keys  keys
-	lease time.Duration // the lease at acquisition: sizes the timeouts
+	keys keys
+	// lease is the lease the nodes were last given, at acquisition or by
+	// an Extend: it sizes the timeouts of Release, TTL and Reenter, so
+	// that a short lease extended to a long one is not released with the
+	// short one's patience (and left on the nodes for the long one).
+	// Only Extend sets it, and the Client runs the Extends of a lock one
+	// at a time (each waits for the others and for renewals); the other
+	// calls read it concurrently.
+	lease atomic.Int64
 	// stopAcquire cancels the acquire requests still on their way to the
 	// nodes the acquisition did not wait for: Release calls it first.
 	stopAcquire context.CancelFunc
 }
 
 func data(l *backend.Lease) *lockData { return l.Data.(*lockData) }
+
+// opTimeout is the per-node timeout of the calls on a held lock.
+func (d *lockData) opTimeout(b *redlock) time.Duration {
+	return b.opTimeout(time.Duration(d.lease.Load()))
+}
 
 // sleep waits d or until ctx or the backend ends; false if they ended.
 func (b *redlock) sleep(ctx context.Context, d time.Duration) bool {

@@ -239,3 +239,57 @@ func onEveryNodeSurvivesOneDown(t *testing.T, cl *cluster, obs *renewCounter, l 
 		t.Errorf("lock lost with 2 of 3 nodes up: %v", context.Cause(l.Context()))
 	}
 }
+
+// slowScripts delays, while armed, the replies to the scripts a node runs
+// outside pipelines (TTL, release, re-enter), as from a node farther away:
+// each runs on the node at once, and its reply comes later.
+type slowScripts struct {
+	testutil.PassHook
+	armed atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.armed.Load() && cmd.Name() == "evalsha" {
+			time.Sleep(h.delay) // network latency, not synchronization
+		}
+		return err
+	}
+}
+
+// The calls on a lock extended from a short lease to a long one wait for
+// the nodes as the long lease allows (min(lease/4, 1s)), not as the lease
+// at acquisition did: nodes answering in 300ms, well within the extended
+// lease's timeout, must not make TTL fail, nor Unlock give the lock up as
+// release_failed and leave it on the nodes for the extended lease.
+func TestCallsAfterExtendWaitAsTheExtendedLeaseAllows(t *testing.T) {
+	cl := startCluster(t, 3)
+	var hooks []*slowScripts
+	for _, rdb := range cl.rdbs {
+		h := &slowScripts{delay: 300 * time.Millisecond}
+		rdb.AddHook(h)
+		hooks = append(hooks, h)
+	}
+	c := cl.locker(t) // the default timings, which follow the lease
+	ctx := context.Background()
+	// Per-node timeouts: 100ms (400ms/4) for the acquired lease, 1s once
+	// extended to 30s.
+	l := mustLock(t, c, "extended", dlock.WithTTL(400*time.Millisecond))
+	if err := l.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hooks {
+		h.armed.Store(true)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl < 20*time.Second {
+		t.Errorf("TTL() after Extend(30s), nodes answering in 300ms = %v, %v", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after Extend(30s), nodes answering in 300ms: %v", err)
+	}
+	waitUntil(t, time.Second, "the lock gone from every node", func() bool {
+		return len(cl.holders(t, "extended", l.Token())) == 0
+	})
+}
