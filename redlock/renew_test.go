@@ -293,3 +293,74 @@ func TestCallsAfterExtendWaitAsTheExtendedLeaseAllows(t *testing.T) {
 		return len(cl.holders(t, "extended", l.Token())) == 0
 	})
 }
+
+// repeatAcquire keeps, while armed, the arguments of the acquire script of
+// key sent to one node, for the test to send them again: a duplicate of the
+// request, as go-redis sends when the reply to the first was lost
+// (Options.MaxRetries: 3 by default).
+type repeatAcquire struct {
+	testutil.PassHook
+	key   string
+	armed atomic.Bool
+	mu    sync.Mutex
+	args  []any
+}
+
+func (h *repeatAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		// The acquire script has three arguments (token, lease, metadata);
+		// the fence script, on the same keys, two.
+		if h.armed.Load() && len(a) == 8 && a[0] == "evalsha" && a[3] == lockKey(h.key) && a[4] == lockKey(h.key)+":fence" {
+			h.mu.Lock()
+			h.args = append([]any(nil), a...)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A duplicate of an acquire request reaching a node after the holder
+// extended the lock must not cut that node's lease back to the one
+// acquired: the holder trusts the extended lease because a majority
+// including that node said so. Here node 1 is down, so nodes 0 and 2 hold
+// the lock; were node 2's lease cut short, another client could take nodes
+// 1 and 2 while the holder still trusts the lock.
+func TestDuplicateAcquireDoesNotShortenExtend(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &repeatAcquire{key: "dup"}
+	cl.rdbs[2].AddHook(h)
+	c, other := cl.locker(t), cl.locker(t)
+	ctx := context.Background()
+	const lease = time.Second
+	cl.srvs[1].Kill(t) // down since before the lock was taken
+	h.armed.Store(true)
+	l := mustLock(t, c, "dup", dlock.WithTTL(lease)) // nodes 0 and 2
+	h.armed.Store(false)
+	defer l.Unlock(ctx)
+	if err := l.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	args := h.args
+	h.mu.Unlock()
+	if args == nil {
+		t.Fatal("no acquire request seen on node 2")
+	}
+	if err := cl.rdbs[2].Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := cl.rdbs[2].PTTL(ctx, lockKey("dup")).Val(); pttl < 20*time.Second {
+		t.Errorf("node 2: a duplicate acquire cut the lease to %v after Extend(30s)", pttl)
+	}
+	// Node 1 comes back (empty: it never had the lock).
+	cl.srvs[1].Restart(t)
+	octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if o, err := other.Lock(octx, "dup"); err == nil {
+		if l.Context().Err() == nil {
+			t.Errorf("another client took the lock (nodes %v) while its holder trusts Extend(30s)", cl.holders(t, "dup", o.Token()))
+		}
+		_ = o.Unlock(ctx)
+	}
+}

@@ -34,9 +34,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     return {0, redis.call('PTTL', KEYS[1]), owner}
   end
   -- Our own request delivered twice (a client-side retry): keep the hold
-  -- and restart the lease below, so it lasts as long as the caller counts.
-else
-  redis.call('HSET', KEYS[1], ARGV[1], 1, ':meta', ARGV[3], ':at', string.format('%.0f', math.floor(now_us / 1000)))
+  -- and its lease. The first delivery's lease already lasts as long as the
+  -- caller counts (from before it sent the request), and an Extend may
+  -- have set another since, which the holder trusts: resetting it could
+  -- cut short a lease a majority is counted on for.
+  return {1, counter, now_us}
 end
+redis.call('HSET', KEYS[1], ARGV[1], 1, ':meta', ARGV[3], ':at', string.format('%.0f', math.floor(now_us / 1000)))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, counter, now_us}
