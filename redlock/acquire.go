@@ -279,9 +279,11 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 
 	// Failed. Release wherever we may hold the lock: the nodes that granted
 	// it, and those that did not answer (they may have granted it). The
-	// release wakes the waiters if it frees a node, unless another owner
-	// holds a majority: then nothing changed for them, and waking them
-	// would only make them retry.
+	// release wakes the waiters on each node it frees (release.lua
+	// publishes only when it deletes the lock), a late grant's too: it may
+	// have blocked some meanwhile. Unless another owner holds a majority:
+	// then nothing changed for them, and waking them would only make them
+	// retry.
 	majorityOwner := false
 	for _, c := range owners {
 		if c >= q {
@@ -295,7 +297,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 			mayHold = append(mayHold, i)
 		}
 	}
-	b.releaseAttempt(ctx, k, token, mayHold, len(granted) > 0 && !majorityOwner, timeout, b.opTimeout(r.TTL))
+	b.releaseAttempt(ctx, k, token, mayHold, !majorityOwner, timeout, b.opTimeout(r.TTL))
 
 	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
 	wrongType := 0
