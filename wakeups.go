@@ -47,6 +47,9 @@ type channelSubs struct {
 	waiters map[string]*waiter // by token
 	isReady bool               // the server confirmed the subscription
 	idle    *time.Timer        // pending unsubscribe after the last waiter left
+	// pending is closed when the first subscription of the channel, sent
+	// without mu held, has its outcome; nil once it has.
+	pending chan struct{}
 
 	// early holds hand-overs to tokens that had no waiter yet: a waiter
 	// registers after its check joined the queue, and on a channel that is
@@ -97,28 +100,59 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
-		return nil, ErrClosed
+	var cs *channelSubs
+	for {
+		if w.closed {
+			return nil, ErrClosed
+		}
+		cs = w.channels[channel]
+		if cs == nil || cs.pending == nil {
+			break
+		}
+		// Another waiter is subscribing the channel: wait for its outcome.
+		pending := cs.pending
+		w.mu.Unlock()
+		select {
+		case <-pending:
+		case <-ctx.Done():
+			w.mu.Lock()
+			return nil, ctx.Err()
+		}
+		w.mu.Lock()
 	}
-	cs := w.channels[channel]
 	if cs == nil {
 		sh, err := w.shardFor(ctx, channel)
 		if err != nil {
 			return nil, err
 		}
-		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter)}
+		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter), pending: make(chan struct{})}
+		sh.count++
+		w.channels[channel] = cs
+		// Subscribing may open a connection (on a cluster, always: one per
+		// channel) and wait for the server's answer: not under mu, or a
+		// master that does not answer would hold back every other
+		// channel's hand-overs, and every waiter's leave.
+		w.mu.Unlock()
 		if sharded {
 			err = sh.ps.SSubscribe(ctx, channel)
 		} else {
 			err = sh.ps.Subscribe(ctx, channel)
 		}
+		w.mu.Lock()
+		close(cs.pending)
+		cs.pending = nil
+		if w.closed {
+			return nil, ErrClosed
+		}
 		if err != nil {
-			w.dropShardIfEmpty(sh)
+			delete(w.channels, channel)
+			sh.count--
+			if w.shards[sh.name] == sh {
+				w.dropShardIfEmpty(sh)
+			}
 			return nil, err
 		}
-		sh.count++
-		w.channels[channel] = cs
-		if !sh.reading {
+		if !sh.reading && w.shards[sh.name] == sh {
 			// Read only once connected: on a cluster the first
 			// subscription picks the node.
 			sh.reading = true
@@ -428,7 +462,7 @@ func (w *wakeups) resubscribe(sh *shard) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for channel, cs := range w.channels {
-		if cs.shard != sh || cs.isReady {
+		if cs.shard != sh || cs.isReady || cs.pending != nil {
 			continue
 		}
 		// A refusal comes back through Receive; a failed write has
