@@ -61,7 +61,8 @@ COMMAND is gone.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to COMMAND's process group; dlock releases the lock once COMMAND has
-exited. At an interactive terminal COMMAND stays in dlock's process group, so
+exited. A signal dlock was started ignoring (under nohup, say) stays ignored,
+by COMMAND too. At an interactive terminal COMMAND stays in dlock's process group, so
 it can use the terminal; Ctrl-C then reaches it directly and is not forwarded
 twice. There dlock forwards no SIGINT or SIGQUIT at all (it cannot tell a kill
 from a keypress: signal COMMAND itself), and sends the other signals, and
