@@ -262,7 +262,7 @@ func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) 
 	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
 	cl.rdbs[2].AddHook(h)
 	obs := &renewCounter{}
-	c := cl.locker(t, dlock.WithObserver(obs))
+	c := cl.patientLocker(t, dlock.WithObserver(obs)) // node 2's acquire outlasts the Lock call on a loaded machine
 	ctx := context.Background()
 	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
 
@@ -409,4 +409,35 @@ func TestReleaseOfLateGrantsWakesTheWaiters(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock 5s after the late holds were released")
 	}
+}
+
+// An inner Unlock (of a re-entered Lock) releases no node's hold: it must
+// not stop the acquires still on their way to the nodes slower than the
+// majority, as the outermost Unlock does. Else the lock, still held, sits
+// on a bare majority, and one node down loses it although a majority is up.
+func TestInnerUnlockLetsTheSlowerNodesGetTheLock(t *testing.T) {
+	cl := startCluster(t, 3)
+	h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+	cl.rdbs[2].AddHook(h)
+	obs := &renewCounter{}
+	c := cl.patientLocker(t, dlock.WithObserver(obs))
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+
+	h.armed.Store(true)
+	l := mustLock(t, c, "job", dlock.WithTTL(1500*time.Millisecond)) // nodes 0 and 1 grant it
+	defer l.Unlock(ctx)
+	<-h.held
+	inner, err := c.Lock(l.Context(), "job") // re-entered
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(h.gate)
+	if err := <-h.finished; err != nil {
+		t.Errorf("node 2's acquire ended with %v once an inner Unlock released its level", err)
+	}
+	onEveryNodeSurvivesOneDown(t, cl, obs, l, "job")
 }

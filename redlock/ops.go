@@ -231,7 +231,12 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 // while the nodes had released it).
 func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	d := data(l)
-	d.stopAcquire()
+	if level == 1 {
+		// Only the outermost release frees the nodes: an acquire still on
+		// its way to a slower node must not come after it. An inner one
+		// keeps the lock held, and the slower nodes must still get it.
+		d.stopAcquire()
+	}
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v >= 0 }
 	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
