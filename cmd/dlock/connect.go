@@ -104,15 +104,21 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 // the password (a '/', '?' or '#' in it ends the host early: `invalid port
 // ":secret" after host`), so with a password the cause is that of the URL
 // with the password redacted, or else the password is what is wrong.
+//
+// A '/' or '?' after a password that starts like a port (digits) does not
+// make url.Parse fail: it takes the rest of the password for the path or
+// query, which go-redis refuses, quoting it. So a password with such a
+// character is what is wrong whichever refused the URL.
 func badURL(raw string, err error) error {
-	if ue, ok := errors.AsType[*url.Error](err); ok {
+	ue, isURLErr := errors.AsType[*url.Error](err)
+	if isURLErr {
 		err = ue.Err
-		if _, pw := splitUserinfo(raw); pw != "" {
-			err = errors.New("the user or password has characters that must be percent-encoded (such as / ? # %)")
-			if _, rerr := url.Parse(redactURL(raw)); rerr != nil {
-				if ue, ok := errors.AsType[*url.Error](rerr); ok {
-					err = ue.Err
-				}
+	}
+	if userinfo, pw := splitUserinfo(raw); pw != "" && (isURLErr || strings.ContainsAny(userinfo, "/?#")) {
+		err = errors.New("the user or password has characters that must be percent-encoded (such as / ? # %)")
+		if _, rerr := url.Parse(redactURL(raw)); rerr != nil {
+			if ue, ok := errors.AsType[*url.Error](rerr); ok {
+				err = ue.Err
 			}
 		}
 	}

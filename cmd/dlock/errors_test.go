@@ -102,3 +102,21 @@ func TestBadURLDoesNotPrintPassword(t *testing.T) {
 		}
 	}
 }
+
+// As TestBadURLDoesNotPrintPassword, but with the part of the password
+// before the '/' or '?' all digits: url.Parse then takes it for a port and
+// accepts the URL, and the rest of the password for the path or query,
+// which go-redis refuses quoting it (`invalid database number
+// "S3cret-pw@host"`, `unexpected option: S3cret-pw@host`).
+func TestBadURLDoesNotPrintPasswordAfterAPortLikeStart(t *testing.T) {
+	t.Parallel()
+	for _, sep := range []string{"/", "?"} {
+		for _, user := range []string{"", "default"} {
+			raw := "redis://" + user + ":6379" + sep + secret + "@localhost:6379"
+			r := dlockRun(t, nil, "--redis", raw, "inspect", "k").want(t, exitUsage)
+			if strings.Contains(r.stderr+r.stdout, secret) {
+				t.Errorf("%s: part of the password was printed: %q", raw, r.stderr)
+			}
+		}
+	}
+}
