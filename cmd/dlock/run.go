@@ -61,8 +61,8 @@ COMMAND is gone.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to COMMAND's process group; dlock releases the lock once COMMAND has
-exited. A signal dlock was started ignoring (under nohup, say) stays ignored,
-by COMMAND too. At an interactive terminal COMMAND stays in dlock's process group, so
+exited. A SIGHUP or SIGINT dlock was started ignoring (under nohup, say) stays
+ignored, by COMMAND too. At an interactive terminal COMMAND stays in dlock's process group, so
 it can use the terminal; Ctrl-C then reaches it directly and is not forwarded
 twice. There dlock forwards no SIGINT or SIGQUIT at all (it cannot tell a kill
 from a keypress: signal COMMAND itself), and sends the other signals, and
@@ -158,6 +158,7 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	// or go to the command, and never kill dlock while it holds the lock.
 	// A signal dlock was started ignoring (nohup, a shell's background
 	// job) stays ignored, by dlock and by COMMAND, which inherits that.
+	// Go tells only of SIGHUP and SIGINT: it catches the others at start.
 	sigs := make(chan os.Signal, 8)
 	if caught := notIgnored(forwardedSignals); len(caught) > 0 {
 		signal.Notify(sigs, caught...) // with none, Notify would catch all
