@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func TestRunPassesExitStatusAndEnvironment(t *testing.T) {
@@ -380,9 +381,7 @@ func TestRunDefaultMetaFromAnyCommandName(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{filepath.Join(dir, "caf\xe9.sh"), filepath.Join(long, "job.sh")} {
-		if err := os.WriteFile(path, []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.WriteScript(t, path, "#!/bin/sh\necho ran\n")
 		r := dlockRun(t, nil, "--redis", sharedURL(), "run", "meta-default", "--", path).want(t, 0)
 		if r.stdout != "ran\n" {
 			t.Errorf("%q: stdout %q", path, r.stdout)

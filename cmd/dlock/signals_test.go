@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // How dlock ends when it is signalled or killed: what it leaves behind.
@@ -144,9 +145,7 @@ func TestDemoAndBenchInterruptedWhileStarting(t *testing.T) {
 		if err := os.MkdirAll(bin, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(bin, "redis-server"), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.WriteScript(t, filepath.Join(bin, "redis-server"), script)
 		return baseEnv("PATH=" + bin + ":" + os.Getenv("PATH")), func() bool { return fileText(mark) != "" }
 	}
 	interrupt := func(t *testing.T, p *proc) {

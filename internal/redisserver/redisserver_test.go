@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -77,9 +79,7 @@ func countingServer(t *testing.T, extra ...string) (bin string, runs func() int)
 	script := fmt.Sprintf("#!/bin/sh\nfirst=\nif [ ! -e %[1]s ]; then first=1; fi\necho run >> %[1]s\n"+
 		"if [ -n \"$first\" ]; then exec %[2]s \"$@\" %[3]s; fi\nexec %[2]s \"$@\"\n",
 		shellQuote(count), shellQuote(redisServer(t)), strings.Join(extra, " "))
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteScript(t, bin, script)
 	return bin, func() int {
 		b, err := os.ReadFile(count)
 		if errors.Is(err, os.ErrNotExist) {

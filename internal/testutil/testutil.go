@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,5 +109,19 @@ func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string
 		t.Fatalf("%s: not within %v", what, within)
 		var zero T
 		return zero
+	}
+}
+
+// WriteScript writes an executable script to path. It holds off forks
+// meanwhile: a child forked by a parallel test while the file is open for
+// writing keeps it open until that child's exec, and running the script
+// then fails with ETXTBSY ("text file busy").
+func WriteScript(t testing.TB, path, script string) {
+	t.Helper()
+	syscall.ForkLock.Lock()
+	err := os.WriteFile(path, []byte(script), 0o755)
+	syscall.ForkLock.Unlock()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
