@@ -64,8 +64,9 @@ func WithClientName(name string) Option {
 }
 
 // WithQueueTTL sets how long a waiter keeps its place in a lock's queue
-// without refreshing it (default 3 s). Waiters refresh every third of it, so
-// a waiter whose process dies stops blocking the queue within this time.
+// without refreshing it (default 3 s). Waiters refresh every third of it (of
+// their lease, if that is shorter), so a waiter whose process dies stops
+// blocking the queue within this time.
 func WithQueueTTL(d time.Duration) Option {
 	return func(c *clientConfig) { c.queueTTL = d }
 }
