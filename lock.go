@@ -165,11 +165,27 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l.level == 1 {
 		l.c.dog.releasing(l.h)
 	}
+	// A panic in the release (a go-redis hook's) ends this Unlock as a
+	// release that failed, which may have run: the Observer hears of its
+	// end (as of a Lock call's), and the hold is given up, not left
+	// renewed until Close.
+	panicked := true
+	defer func() {
+		if panicked {
+			err := l.settleUnlock(0, errReleasePanicked, wasLive, wasReleased)
+			l.c.releaseEnd(ctx, rctx, l.h, l.level, err)
+		}
+	}()
 	left, err := l.c.release(rctx, l.h, l.level) // hooks.go
+	panicked = false
 	err = l.settleUnlock(left, err, wasLive, wasReleased)
 	l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
 	return err
 }
+
+// errReleasePanicked is the error ReleaseEnd reports for an Unlock whose
+// release panicked.
+var errReleasePanicked = errors.New("release panicked")
 
 // settleUnlock settles an Unlock from the release's answer (left, err): it
 // returns what Unlock returns. wasLive and wasReleased describe the hold

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // recorder is an Observer that keeps every event.
@@ -567,5 +570,56 @@ func TestObserverHearsTheEndOfAPanickedLock(t *testing.T) {
 		if e.Outcome != AcquireError || e.Err == nil {
 			t.Errorf("end of a panicked Lock: %+v", e)
 		}
+	}
+}
+
+// panicOnRelease is a go-redis hook that panics at the next release script
+// once armed (a buggy hook of the application's, before the command is
+// sent).
+type panicOnRelease struct {
+	testutil.PassHook
+	armed *atomic.Bool
+}
+
+func (h panicOnRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &releaseEval.sha && h.armed.CompareAndSwap(true, false) {
+			panic("hook bug")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An Unlock that panics (a go-redis hook's bug; net/http recovers a
+// handler's panic, deferred Unlock included, and goes on) has ended: the
+// Observer hears of its end, as of a Lock call that panics, or its trace
+// span never ends.
+func TestObserverHearsTheEndOfAPanickedUnlock(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	armed := new(atomic.Bool)
+	c, _ := hookedClient(t, srv.Addr(), panicOnRelease{armed: armed}, WithObserver(rec))
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Unlock did not panic")
+			}
+		}()
+		_ = l.Unlock(ctx)
+	}()
+	// As after a release that failed: given up, not renewed until Close.
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("the lock's Context after a panicked Unlock: %v, want ErrLockLost", cause)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.releases) != len(rec.rstarts) {
+		t.Fatalf("%d releases started, %d ended: %+v", len(rec.rstarts), len(rec.releases), rec.releases)
+	}
+	if e := rec.releases[0]; e.Outcome != ReleaseError || e.Err == nil {
+		t.Errorf("end of a panicked Unlock: %+v", e)
 	}
 }
