@@ -73,9 +73,10 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	if b.inflight < b.maxInflight && len(b.pending) == 0 {
 		b.inflight++
 		b.mu.Unlock()
-		cmd := s.run(ctx, b.rdb, keys, args...)
-		b.release()
-		return cmd
+		// Given back even if the call panics (a go-redis hook's): a slot
+		// lost for good would, once both are, queue every call forever.
+		defer b.release()
+		return s.run(ctx, b.rdb, keys, args...)
 	}
 	c := &batchCall{call: s, cmd: s.cmd(context.Background(), keys, args...), done: make(chan struct{})}
 	b.pending = append(b.pending, c)

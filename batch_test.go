@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func inflight(c *Client) (running, queued int) {
@@ -129,5 +131,54 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// panicOnAcquire is a go-redis hook that panics at the acquire script
+// while n is above zero (a buggy hook of the application's).
+type panicOnAcquire struct {
+	testutil.PassHook
+	n *atomic.Int32
+}
+
+func (h panicOnAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &acquireEval.sha && h.n.Add(-1) >= 0 {
+			panic("hook bug")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A call that panics on its way to Redis (a go-redis hook's bug; net/http
+// recovers a handler's panic and goes on) gives its batch slot back:
+// otherwise two such panics leave no slot, and every later acquire and
+// release waits in the queue for good.
+func TestBatchSlotFreedByPanic(t *testing.T) {
+	srv := redistest.Start(t)
+	n := new(atomic.Int32)
+	n.Store(2)
+	c, _ := hookedClient(t, srv.Addr(), panicOnAcquire{n: n})
+	for i := range 2 {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("TryLock #%d did not panic", i+1)
+				}
+			}()
+			_, _ = c.TryLock(context.Background(), "k")
+		}()
+	}
+	if running, queued := inflight(c); running != 0 || queued != 0 {
+		t.Errorf("after the panics: %d calls running, %d queued; want none", running, queued)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryLock after two panicked calls = %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
