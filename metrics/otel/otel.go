@@ -182,9 +182,9 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)))
 	o.attempts.Add(ctx, 1, attrs)
 	o.pending.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g)))
-	ctx, _ = o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, span := o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(o.spanAttrs(e.Key, g, Mode.String(labels.Mode(e.Wait)))...))
-	return ctx
+	return context.WithValue(ctx, spanKey{o}, span)
 }
 
 // AcquireEnd records the outcome and the wait, and ends the span.
@@ -194,7 +194,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)), Outcome.String(out))
 	o.acquisitions.Add(ctx, 1, attrs)
 	o.wait.Record(ctx, e.WaitTime.Seconds(), attrs)
-	span := trace.SpanFromContext(ctx)
+	span := o.span(ctx)
 	span.SetAttributes(Outcome.String(out))
 	if e.Fence != 0 {
 		span.SetAttributes(Fence.Int64(int64(e.Fence)))
@@ -214,9 +214,9 @@ func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
 
 // ReleaseStart starts the "dlock.release" span.
 func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) context.Context {
-	ctx, _ = o.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, span := o.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(o.spanAttrs(e.Key, o.groups.Group(e.Key), Level.Int(e.Level))...))
-	return ctx
+	return context.WithValue(ctx, spanKey{o}, span)
 }
 
 // ReleaseEnd records the outcome and, for the last Unlock of a lock, its
@@ -227,7 +227,7 @@ func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
 		o.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(KeyGroup.String(g)))
 	}
-	span := trace.SpanFromContext(ctx)
+	span := o.span(ctx)
 	span.SetAttributes(Outcome.String(out), HoldTime.Float64(e.Held.Seconds()))
 	if e.Outcome == dlock.ReleaseError {
 		o.spanError(span, e.Err)
@@ -245,6 +245,21 @@ func (o *Observer) Renew(e dlock.RenewEvent) {
 func (o *Observer) Lost(e dlock.LostEvent) {
 	o.lost.Add(context.Background(), 1,
 		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Reason.String(e.Reason.String())))
+}
+
+// spanKey keys the span an Observer's AcquireStart or ReleaseStart began
+// in the context it returned. The End call ends that span, not whichever is
+// current in its context: dlock.Observers passes the context on to the
+// Observers that come after, which may start spans of their own.
+type spanKey struct{ o *Observer }
+
+// span returns the span that o's AcquireStart or ReleaseStart began in ctx,
+// or a span that records nothing if there is none.
+func (o *Observer) span(ctx context.Context) trace.Span {
+	if s, ok := ctx.Value(spanKey{o}).(trace.Span); ok {
+		return s
+	}
+	return trace.SpanFromContext(context.Background())
 }
 
 // errorKinds are what a failed span's status says instead of the error's

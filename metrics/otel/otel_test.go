@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
@@ -259,6 +260,66 @@ func TestWithoutKeyInSpansOnError(t *testing.T) {
 			if strings.Contains(a.Value.String(), key) {
 				t.Errorf("span %s event %s carries the key: %s=%q", s.Name(), ev.Name, a.Key, a.Value.String())
 			}
+		}
+	}
+}
+
+// appTracer is an application's own Observer that starts a span of its
+// own around each acquisition and release, next to dlockotel's.
+type appTracer struct {
+	dlock.NopObserver
+	tracer trace.Tracer
+}
+
+func (a appTracer) AcquireStart(ctx context.Context, _ dlock.AcquireStartEvent) context.Context {
+	ctx, _ = a.tracer.Start(ctx, "app.acquire")
+	return ctx
+}
+
+func (a appTracer) AcquireEnd(ctx context.Context, _ dlock.AcquireEndEvent) {
+	trace.SpanFromContext(ctx).End()
+}
+
+func (a appTracer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) context.Context {
+	ctx, _ = a.tracer.Start(ctx, "app.release")
+	return ctx
+}
+
+func (a appTracer) ReleaseEnd(ctx context.Context, _ dlock.ReleaseEndEvent) {
+	trace.SpanFromContext(ctx).End()
+}
+
+// dlock.Observers passes the context one Observer's AcquireStart returned
+// to the next, and the last one to every AcquireEnd. Combined with another
+// Observer that starts a span (an application's own, or a second
+// dlockotel Observer with another TracerProvider), dlockotel must end the
+// spans it started, not whichever span is current in the context.
+func TestSpansEndedWhenCombinedWithAnotherTracer(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := traffic.Start(t, dlock.Observers(obs, appTracer{tracer: tp.Tracer("app")})).Locks
+	if err := locks.Do(context.Background(), "order:1", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ended := map[string]int{}
+	for _, s := range spans.GetSpans().Snapshots() {
+		ended[s.Name()]++
+		if s.Name() == "app.acquire" {
+			if _, ok := spanAttr(s, dlockotel.Outcome); ok {
+				t.Errorf("dlockotel set its attributes on the application's span %s", s.Name())
+			}
+		}
+	}
+	for _, name := range []string{"dlock.acquire", "dlock.release", "app.acquire", "app.release"} {
+		if ended[name] != 1 {
+			t.Errorf("span %s ended %d times, want 1 (ended spans: %v)", name, ended[name], ended)
 		}
 	}
 }
