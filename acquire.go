@@ -40,11 +40,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	// Context (Lock(a.Context(), "b") and a is unlocked since): it is not
 	// held, so take the lock as usual.
 	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok && (h.ctx.Err() == nil || ctx.Err() != nil) {
-		if !c.begin() {
+		if c.isClosed() {
 			return nil, ErrClosed
 		}
 		l, err := c.reenter(ctx, h)
-		c.ops.Done()
 		c.reentered(ctx, h, l, err)
 		return l, err
 	}
@@ -153,7 +152,7 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if h.ctx.Err() != nil {
 		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
 	}
-	n, err := c.beFor(h).Reenter(ctx, h.lease)
+	n, err := c.beReenter(ctx, h)
 	if err != nil {
 		return nil, redisError("re-enter", h.lease.Key, err)
 	}
@@ -164,4 +163,16 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	l.level = int(n)
 	l.ctx, l.cancel = context.WithCancelCause(h.ctx)
 	return l, nil
+}
+
+// beReenter is the backend's Reenter, in a call Close waits for (begin).
+// Only the Redis part: a loss it finds is reported after it (the
+// Observer's Lost may call Close), and a panic in it (a go-redis hook's)
+// ends the call.
+func (c *Client) beReenter(ctx context.Context, h *hold) (int64, error) {
+	if !c.begin() {
+		return 0, ErrClosed
+	}
+	defer c.ops.Done()
+	return c.beFor(h).Reenter(ctx, h.lease)
 }

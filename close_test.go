@@ -361,3 +361,34 @@ func (c *writeSignalConn) Write(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Close called from the Observer's Lost, reported by a re-entry that
+// finds the lock gone (force-released), does not wait for that very
+// re-entry: it returns at once, not after Close's 5 s bound.
+func TestCloseFromLostReportedByReenter(t *testing.T) {
+	srv := redistest.Start(t)
+	o := &closingObserver{on: "lost", done: make(chan struct{})}
+	// Not closed by the test's cleanup: a Close that deadlocks would hang it.
+	c, err := New(srv.Client(t), WithObserver(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.c.Store(c)
+	l := mustLock(t, c, "reenter-lost")
+	if err := c.ForceRelease(context.Background(), "reenter-lost"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Lock(l.Context(), "reenter-lost")
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("re-entry = %v, want ErrLockLost", err)
+	}
+	select {
+	case <-o.done:
+	default:
+		t.Fatal("the re-entry returned before the Observer's Close")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the re-entry (and Close from its Lost) took %v: Close waited for the call that reported Lost", d)
+	}
+}
