@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -390,5 +392,55 @@ func TestCloseFromLostReportedByReenter(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the re-entry (and Close from its Lost) took %v: Close waited for the call that reported Lost", d)
+	}
+}
+
+// Close ends the Contexts of the locks it leaves held at once, as its doc
+// says, not after waiting for the renewals under way: while it waits (up to
+// 5 s for one stuck on a connection that stopped answering) the watchdog no
+// longer watches their deadlines, so a Context would outlive its lease, and
+// another client, which still reaches Redis, would take the lock meanwhile.
+func TestCloseEndsLocksBeforeWaitingForStuckRenewals(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	// go-redis does not cut a read short at the context's cancellation
+	// (no ContextTimeoutEnabled): the renewal stays stuck.
+	rdbA := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { rdbA.Close() })
+	a := newClientOn(t, rdbA)
+	b := newClientOn(t, srv.Client(t))
+	ctx := context.Background()
+
+	const lease = 600 * time.Millisecond // renewed every 200 ms
+	sha := []byte(extendScript.Hash())
+	frozen := proxy.FreezeOn(func(p []byte) bool { return bytes.Contains(p, sha) })
+	la := mustLock(t, a, "k", WithTTL(lease))
+	<-frozen // a renewal is stuck between a and Redis
+
+	closed := make(chan struct{})
+	go func() {
+		_ = a.Close()
+		close(closed)
+	}()
+	defer func() {
+		proxy.Thaw()
+		<-closed
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	lb, err := b.Lock(wctx, "k") // granted once a's lease ran out in Redis
+	if err != nil {
+		t.Fatalf("b's Lock: %v", err)
+	}
+	defer lb.Unlock(ctx)
+	select {
+	case <-la.Done():
+	default:
+		t.Fatalf("b holds the lock (fence %d) while a's Context, of a %v lease, is still live: Close, under way, has not ended it",
+			lb.Fence(), lease)
 	}
 }

@@ -225,16 +225,18 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	w.holds = map[*hold]struct{}{}
 	w.mu.Unlock()
 	w.cancel() // every hold is lost below: their renewals are moot
-	// go-redis may not cut a read short at the cancellation (only with
-	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
-	// for past deadline. Once it ends it finds the holds gone and reports
-	// nothing.
-	waitBy(&w.inflight, deadline)
+	// Lost at once, before the wait below: nothing watches their deadlines
+	// any more, and a Context must not outlive its lease.
 	lost := make(map[*hold]error, len(holds))
 	for h := range holds {
 		lost[h] = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
 		w.end(h, lost[h])
 	}
+	// go-redis may not cut a read short at the cancellation (only with
+	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
+	// for past deadline. Once it ends it finds the holds gone and reports
+	// nothing.
+	waitBy(&w.inflight, deadline)
 	return lost
 }
 
