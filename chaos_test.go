@@ -4,20 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/chaoscheck"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
@@ -34,7 +31,8 @@ import (
 // is one during which the Context really was live, and the instants at
 // which the lock was also within its trusted deadline (the watchdog's
 // deadline, read at the same check), which leaves out the watchdog being
-// scheduled late on a loaded machine. It then checks:
+// scheduled late on a loaded machine. It then checks (the first two with
+// package chaoscheck, which TestRedlockChaos shares):
 //   - no two trusted intervals of different holds of one key overlap, except
 //     across a restart of redis-server without persistence (docs/safety.md);
 //   - of two holds one of which ended before the other began, the later has
@@ -70,22 +68,6 @@ func TestChaos(t *testing.T) {
 	ch.run(seed, dur)
 }
 
-type chaosHold struct {
-	key, token string
-	fence      uint64
-	client     int
-	via        string
-
-	call        time.Time // Lock, TryLock or Do was called
-	start       time.Time // verified live here (just after Lock returned)
-	end         time.Time // last instant verified live
-	trustedEnd  time.Time // last instant verified live and before the deadline
-	trustedAny  bool
-	late        time.Duration // longest a live check found the deadline passed
-	pastAtStart bool          // Lock returned with its deadline already passed
-	lostCause   error         // the cause if the Context ended while held
-}
-
 type chaosClient struct {
 	id    int
 	c     *Client
@@ -101,8 +83,8 @@ type chaos struct {
 	clients []*chaosClient
 
 	mu        sync.Mutex
-	holds     []*chaosHold
-	restarts  [][2]time.Time // when each restart began, and when the old process had exited
+	holds     []*chaoscheck.Hold
+	restarts  []chaoscheck.Restart
 	problems  []string
 	errKinds  map[string]int
 	infraErrs int
@@ -139,25 +121,17 @@ func (ch *chaos) checkErr(op string, err error) {
 	if err == nil {
 		return
 	}
-	for _, s := range chaosSentinels {
-		if errors.Is(err, s) {
-			ch.count(&ch.errKinds, op+": "+s.Error())
-			return
-		}
+	kind, ok := chaoscheck.Classify(err, chaosSentinels)
+	if !ok {
+		ch.problem("%s: untyped error %T: %v", op, err, err)
+		return
 	}
-	var ne net.Error
-	var re redis.Error
-	switch {
-	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &re):
+	if kind == chaoscheck.Infra {
 		ch.mu.Lock()
 		ch.infraErrs++
 		ch.mu.Unlock()
-		ch.count(&ch.errKinds, op+": redis/network")
-		return
 	}
-	ch.problem("%s: untyped error %T: %v", op, err, err)
+	ch.count(&ch.errKinds, op+": "+kind)
 }
 
 func (ch *chaos) newClient(id int, proxied bool, rng *rand.Rand) *chaosClient {
@@ -282,7 +256,7 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 		ch.srv.Stop(ch.t)
 		exited := time.Now()
 		ch.mu.Lock()
-		ch.restarts = append(ch.restarts, [2]time.Time{began, exited})
+		ch.restarts = append(ch.restarts, chaoscheck.Restart{Began: began, Exited: exited})
 		ch.mu.Unlock()
 		ch.srv.Restart(ch.t)
 	}
@@ -377,56 +351,34 @@ func (ch *chaos) op(cc *chaosClient, r *rand.Rand) {
 	}
 }
 
-func (ch *chaos) begin(cc *chaosClient, h *hold, via string, call time.Time) *chaosHold {
+func (ch *chaos) begin(cc *chaosClient, h *hold, via string, call time.Time) *chaoscheck.Hold {
 	now := time.Now()
 	dl := cc.c.dog.deadline(h)
-	hr := &chaosHold{call: call, key: h.lease.Key, token: h.lease.Token, fence: h.fence, client: cc.id, via: via}
-	if h.ctx.Err() == nil {
-		hr.start, hr.end = now, now
-		if now.Before(dl) {
-			hr.trustedEnd, hr.trustedAny = now, true
-		} else {
-			hr.pastAtStart = true
-			hr.late = now.Sub(dl)
-		}
-	}
+	hr := &chaoscheck.Hold{Call: call, Key: h.lease.Key, Token: h.lease.Token, Fence: h.fence, Client: cc.id, Via: via}
+	hr.Begin(now, dl, h.ctx.Err() == nil)
 	ch.mu.Lock()
 	ch.holds = append(ch.holds, hr)
 	ch.mu.Unlock()
 	return hr
 }
 
-// check records one liveness check of h at now; false if its Context is done.
-func (ch *chaos) live(cc *chaosClient, h *hold, hr *chaosHold) bool {
+// live records one liveness check of h at now; false if its Context is done.
+func (ch *chaos) live(cc *chaosClient, h *hold, hr *chaoscheck.Hold) bool {
 	now := time.Now()
 	dl := cc.c.dog.deadline(h)
-	if h.ctx.Err() != nil {
-		return false
-	}
-	if hr.start.IsZero() {
-		return true
-	}
-	hr.end = now
-	if now.Before(dl) {
-		if !hr.pastAtStart {
-			hr.trustedEnd, hr.trustedAny = now, true
-		}
-	} else if l := now.Sub(dl); l > hr.late {
-		hr.late = l
-	}
-	return true
+	return hr.Observe(now, dl, h.ctx.Err() == nil)
 }
 
 // holdFor works under the lock for d, checking it every few ms, and does
 // random Extend, TTL and re-entry calls on l (if not nil).
-func (ch *chaos) holdFor(cc *chaosClient, r *rand.Rand, h *hold, hr *chaosHold, d time.Duration, l *Lock) {
+func (ch *chaos) holdFor(cc *chaosClient, r *rand.Rand, h *hold, hr *chaoscheck.Hold, d time.Duration, l *Lock) {
 	until := time.Now().Add(d)
 	for time.Now().Before(until) {
 		if !ch.live(cc, h, hr) {
 			cause := context.Cause(h.ctx)
-			hr.lostCause = cause
+			hr.LostCause = cause
 			if !errors.Is(cause, ErrLockLost) {
-				ch.problem("client %d %s: Context done while held with cause %v", cc.id, hr.key, cause)
+				ch.problem("client %d %s: Context done while held with cause %v", cc.id, hr.Key, cause)
 			}
 			return
 		}
@@ -505,64 +457,8 @@ func (ch *chaos) holdLock(cc *chaosClient, r *rand.Rand, l *Lock, via string, ca
 }
 
 func (ch *chaos) check() {
-	byKey := map[string][]*chaosHold{}
-	pastAtStart := 0
-	var maxLate, maxLateStart time.Duration
-	for _, h := range ch.holds {
-		if h.pastAtStart {
-			pastAtStart++
-			maxLateStart = max(maxLateStart, h.late)
-		} else {
-			maxLate = max(maxLate, h.late)
-		}
-		if !h.start.IsZero() {
-			byKey[h.key] = append(byKey[h.key], h)
-		}
+	res := chaoscheck.Check(ch.holds, chaoscheck.Options{Restarts: ch.restarts, Logf: ch.t.Logf})
+	for _, p := range res.Problems {
+		ch.problem("%s", p)
 	}
-	ch.t.Logf("Locks returned with their deadline passed: %d (by up to %v); longest watchdog lateness otherwise: %v", pastAtStart, maxLateStart, maxLate)
-	// restartBetween reports whether a restart may have wiped, before b, a
-	// lease granted after a. A restart sends SIGTERM, which redis-server
-	// acts on only in serverCron (up to 1/hz = 100 ms later), serving
-	// clients meanwhile: the old process exits somewhere in [began,
-	// exited], and a lease it granted after the restart began (a Lock
-	// called in that window) is wiped too.
-	restartBetween := func(a, b time.Time) bool {
-		for _, r := range ch.restarts {
-			if !r[1].Before(a) && r[0].Before(b) {
-				return true
-			}
-		}
-		return false
-	}
-	strict, excused := 0, 0
-	for key, hs := range byKey {
-		sort.Slice(hs, func(i, j int) bool { return hs[i].start.Before(hs[j].start) })
-		for i, a := range hs {
-			for _, b := range hs[i+1:] {
-				if b.start.After(a.end) {
-					// Successive: fences must increase.
-					if b.fence <= a.fence && !restartBetween(a.call, b.start) {
-						ch.problem("key %s: fence went from %d (client %d, %s) to %d (client %d, %s) although the first ended %v before the second began",
-							key, a.fence, a.client, a.via, b.fence, b.client, b.via, b.start.Sub(a.end))
-					}
-					continue
-				}
-				if a.token == b.token {
-					continue
-				}
-				strict++
-				if !a.trustedAny || !b.trustedAny || !b.start.Before(a.trustedEnd) {
-					continue // only the watchdog's lateness, not the lease
-				}
-				if restartBetween(a.call, b.start) {
-					excused++
-					continue // excused: restart without persistence
-				}
-				ch.problem("key %s: overlap of %v: client %d (%s, fence %d, live %v..%v, trusted until %v, lost %v) and client %d (%s, fence %d, began %v after the first began)",
-					key, a.trustedEnd.Sub(b.start), a.client, a.via, a.fence, 0, a.end.Sub(a.start), a.trustedEnd.Sub(a.start), a.lostCause,
-					b.client, b.via, b.fence, b.start.Sub(a.start))
-			}
-		}
-	}
-	ch.t.Logf("overlaps of live Contexts: %d (of which excused by a restart without persistence: %d)", strict, excused)
 }

@@ -47,6 +47,13 @@ type Lock struct {
 	unsure   bool // a release was sent but its reply was lost
 }
 
+func init() {
+	backend.TrustedUntil = func(l any) time.Time {
+		lk := l.(*Lock)
+		return lk.c.dog.deadline(lk.h)
+	}
+}
+
 // Key returns the lock's name, as given to Lock.
 func (l *Lock) Key() string { return l.h.lease.Key }
 
