@@ -3,10 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,19 +48,7 @@ import (
 // acted on SIGTERM: restarts now excuse leases granted up to the old
 // process's exit.)
 func TestChaos(t *testing.T) {
-	dur := 15 * time.Second
-	if s := os.Getenv("CHAOS_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dur = d
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d, duration %v", seed, dur)
+	seed, dur := chaoscheck.Settings(t, 15*time.Second)
 	ch := &chaos{t: t, keys: []string{"k0", "k1"}}
 	ch.run(seed, dur)
 }
@@ -76,62 +61,25 @@ type chaosClient struct {
 }
 
 type chaos struct {
+	chaoscheck.Tally
 	t    *testing.T
 	srv  *redistest.Server
 	keys []string
 
 	clients []*chaosClient
 
-	mu        sync.Mutex
-	holds     []*chaoscheck.Hold
-	restarts  []chaoscheck.Restart
-	problems  []string
-	errKinds  map[string]int
-	infraErrs int
-	ops       map[string]int
-	faults    map[string]int
-}
-
-func (ch *chaos) problem(format string, args ...any) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if len(ch.problems) < 200 {
-		ch.problems = append(ch.problems, fmt.Sprintf(format, args...))
-	}
-}
-
-func (ch *chaos) count(m *map[string]int, k string) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if *m == nil {
-		*m = map[string]int{}
-	}
-	(*m)[k]++
+	mu       sync.Mutex
+	holds    []*chaoscheck.Hold
+	restarts []chaoscheck.Restart
+	errKinds map[string]int
+	ops      map[string]int
+	faults   map[string]int
 }
 
 var chaosSentinels = []error{
 	ErrNotObtained, ErrLockLost, ErrNotHeld, ErrReleased, ErrClosed,
 	ErrInvalidKey, ErrInvalidTTL, ErrInvalidOption, ErrNilClient, ErrWrongType,
 	ErrNotReplicated, ErrDegraded, context.Canceled, context.DeadlineExceeded,
-}
-
-// checkErr classifies err: a sentinel or context error, or a wrapped
-// Redis/network error (documented as wrapped); anything else is a problem.
-func (ch *chaos) checkErr(op string, err error) {
-	if err == nil {
-		return
-	}
-	kind, ok := chaoscheck.Classify(err, chaosSentinels)
-	if !ok {
-		ch.problem("%s: untyped error %T: %v", op, err, err)
-		return
-	}
-	if kind == chaoscheck.Infra {
-		ch.mu.Lock()
-		ch.infraErrs++
-		ch.mu.Unlock()
-	}
-	ch.count(&ch.errKinds, op+": "+kind)
 }
 
 func (ch *chaos) newClient(id int, proxied bool, rng *rand.Rand) *chaosClient {
@@ -216,7 +164,7 @@ func (ch *chaos) run(seed uint64, dur time.Duration) {
 	ch.check()
 	t.Logf("ops %d, holds %d, restarts %d, ops by kind %v, faults %v, errors %v",
 		opsDone.Load(), len(ch.holds), len(ch.restarts), ch.ops, ch.faults, ch.errKinds)
-	for _, p := range ch.problems {
+	for _, p := range ch.Problems() {
 		t.Error(p)
 	}
 }
@@ -228,21 +176,21 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 	case n < 40: // freeze one client's connections, often past its lease
 		cc := ch.clients[r.IntN(3)]
 		d := time.Duration(50+r.IntN(1500)) * time.Millisecond
-		ch.count(&ch.faults, "freeze")
+		ch.Count(&ch.faults, "freeze")
 		cc.proxy.Freeze()
 		time.Sleep(d)
 		cc.proxy.Thaw()
 	case n < 55:
-		ch.count(&ch.faults, "script flush")
+		ch.Count(&ch.faults, "script flush")
 		_ = admin.ScriptFlush(ctx).Err()
 	case n < 70:
-		ch.count(&ch.faults, "client kill normal")
+		ch.Count(&ch.faults, "client kill normal")
 		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()
 	case n < 80:
-		ch.count(&ch.faults, "client kill pubsub")
+		ch.Count(&ch.faults, "client kill pubsub")
 		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
 	case n < 92:
-		ch.count(&ch.faults, "pause server")
+		ch.Count(&ch.faults, "pause server")
 		ch.srv.Pause(ch.t)
 		time.Sleep(time.Duration(30+r.IntN(600)) * time.Millisecond)
 		ch.srv.Resume(ch.t)
@@ -251,7 +199,7 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 			return
 		}
 		*restarts++
-		ch.count(&ch.faults, "restart")
+		ch.Count(&ch.faults, "restart")
 		began := time.Now()
 		ch.srv.Stop(ch.t)
 		exited := time.Now()
@@ -265,7 +213,7 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 func (ch *chaos) safeOp(cc *chaosClient, r *rand.Rand) {
 	defer func() {
 		if p := recover(); p != nil {
-			ch.problem("panic in client %d: %v", cc.id, p)
+			ch.Problem("panic in client %d: %v", cc.id, p)
 		}
 	}()
 	ch.op(cc, r)
@@ -313,25 +261,25 @@ func (ch *chaos) op(cc *chaosClient, r *rand.Rand) {
 	call := time.Now()
 	switch k := r.IntN(10); {
 	case k < 5:
-		ch.count(&ch.ops, "lock")
+		ch.Count(&ch.ops, "lock")
 		l, err := cc.c.Lock(ctx, key, opts...)
-		ch.checkErr("lock", err)
+		ch.CheckErr(&ch.errKinds, "lock", err, chaosSentinels)
 		if err == nil {
 			ch.holdLock(cc, r, l, "lock", call)
 		}
 	case k < 7:
-		ch.count(&ch.ops, "trylock")
+		ch.Count(&ch.ops, "trylock")
 		l, err := cc.c.TryLock(ctx, key, opts...)
-		ch.checkErr("trylock", err)
+		ch.CheckErr(&ch.errKinds, "trylock", err, chaosSentinels)
 		if err == nil {
 			ch.holdLock(cc, r, l, "trylock", call)
 		}
 	default:
-		ch.count(&ch.ops, "do")
+		ch.Count(&ch.ops, "do")
 		err := cc.c.Do(ctx, key, func(fctx context.Context) error {
 			h, ok := fctx.Value(heldKey{cc.c, key}).(*hold)
 			if !ok {
-				ch.problem("Do: fn context carries no hold")
+				ch.Problem("Do: fn context carries no hold")
 				return nil
 			}
 			hr := ch.begin(cc, h, "do", call)
@@ -342,12 +290,12 @@ func (ch *chaos) op(cc *chaosClient, r *rand.Rand) {
 				select {
 				case <-fctx.Done():
 				case <-time.After(time.Second):
-					ch.problem("Do: lock's Context done but fn's context live a second later")
+					ch.Problem("Do: lock's Context done but fn's context live a second later")
 				}
 			}
 			return nil
 		}, opts...)
-		ch.checkErr("do", err)
+		ch.CheckErr(&ch.errKinds, "do", err, chaosSentinels)
 	}
 }
 
@@ -378,25 +326,25 @@ func (ch *chaos) holdFor(cc *chaosClient, r *rand.Rand, h *hold, hr *chaoscheck.
 			cause := context.Cause(h.ctx)
 			hr.LostCause = cause
 			if !errors.Is(cause, ErrLockLost) {
-				ch.problem("client %d %s: Context done while held with cause %v", cc.id, hr.Key, cause)
+				ch.Problem("client %d %s: Context done while held with cause %v", cc.id, hr.Key, cause)
 			}
 			return
 		}
 		if l != nil {
 			switch r.IntN(60) {
 			case 0:
-				ch.count(&ch.ops, "extend")
+				ch.Count(&ch.ops, "extend")
 				ctx, cancel := callCtx(r)
 				ttl := time.Duration(100+r.IntN(900)) * time.Millisecond
 				err := l.Extend(ctx, ttl)
 				cancel()
-				ch.checkErr("extend", err)
+				ch.CheckErr(&ch.errKinds, "extend", err, chaosSentinels)
 			case 1:
-				ch.count(&ch.ops, "ttl")
+				ch.Count(&ch.ops, "ttl")
 				ctx, cancel := callCtx(r)
 				_, err := l.TTL(ctx)
 				cancel()
-				ch.checkErr("ttl", err)
+				ch.CheckErr(&ch.errKinds, "ttl", err, chaosSentinels)
 			case 2:
 				ch.reenter(cc, r, l)
 			}
@@ -407,7 +355,7 @@ func (ch *chaos) holdFor(cc *chaosClient, r *rand.Rand, h *hold, hr *chaoscheck.
 }
 
 func (ch *chaos) reenter(cc *chaosClient, r *rand.Rand, l *Lock) {
-	ch.count(&ch.ops, "reenter")
+	ch.Count(&ch.ops, "reenter")
 	ctx, cancel := context.WithTimeout(l.Context(), 2*time.Second)
 	defer cancel()
 	var in *Lock
@@ -417,12 +365,12 @@ func (ch *chaos) reenter(cc *chaosClient, r *rand.Rand, l *Lock) {
 	} else {
 		in, err = cc.c.TryLock(ctx, l.Key())
 	}
-	ch.checkErr("reenter", err)
+	ch.CheckErr(&ch.errKinds, "reenter", err, chaosSentinels)
 	if err != nil {
 		return
 	}
 	if in.Fence() != l.Fence() || in.Token() != l.Token() {
-		ch.problem("re-entered lock has fence %d token %s, outer %d %s", in.Fence(), in.Token(), l.Fence(), l.Token())
+		ch.Problem("re-entered lock has fence %d token %s, outer %d %s", in.Fence(), in.Token(), l.Fence(), l.Token())
 	}
 	if r.IntN(2) == 0 {
 		time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
@@ -430,9 +378,9 @@ func (ch *chaos) reenter(cc *chaosClient, r *rand.Rand, l *Lock) {
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	err = in.Unlock(uctx)
-	ch.checkErr("reenter unlock", err)
+	ch.CheckErr(&ch.errKinds, "reenter unlock", err, chaosSentinels)
 	if err == nil && in.Context().Err() == nil {
-		ch.problem("re-entered lock's Context live after its Unlock")
+		ch.Problem("re-entered lock's Context live after its Unlock")
 	}
 }
 
@@ -443,22 +391,22 @@ func (ch *chaos) holdLock(cc *chaosClient, r *rand.Rand, l *Lock, via string, ca
 	uctx, ucancel := callCtx(r)
 	defer ucancel()
 	err := l.Unlock(uctx)
-	ch.checkErr("unlock", err)
+	ch.CheckErr(&ch.errKinds, "unlock", err, chaosSentinels)
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		// A caller retries an Unlock that failed.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err = l.Unlock(ctx)
 		cancel()
-		ch.checkErr("unlock retry", err)
+		ch.CheckErr(&ch.errKinds, "unlock retry", err, chaosSentinels)
 	}
 	if err == nil && l.Context().Err() == nil {
-		ch.problem("Context live after Unlock returned nil")
+		ch.Problem("Context live after Unlock returned nil")
 	}
 }
 
 func (ch *chaos) check() {
 	res := chaoscheck.Check(ch.holds, chaoscheck.Options{Restarts: ch.restarts, Logf: ch.t.Logf})
 	for _, p := range res.Problems {
-		ch.problem("%s", p)
+		ch.Problem("%s", p)
 	}
 }

@@ -50,7 +50,7 @@ func (ch *rlChaos) fault(r *rand.Rand) {
 	switch k := r.IntN(100); {
 	case k < 35:
 		// Cut some proxied clients off the node, often past their leases.
-		ch.count(&ch.faults, "freeze")
+		ch.Count(&ch.faults, "freeze")
 		var frozen []int
 		for len(frozen) == 0 {
 			for i := range rlChaosProxied {
@@ -67,23 +67,23 @@ func (ch *rlChaos) fault(r *rand.Rand) {
 			ch.clients[i].proxies[n].Thaw()
 		}
 	case k < 55:
-		ch.count(&ch.faults, "pause")
+		ch.Count(&ch.faults, "pause")
 		srv.Pause(t)
 		time.Sleep(time.Duration(30+r.IntN(800)) * time.Millisecond)
 		srv.Resume(t)
 	case k < 68:
-		ch.count(&ch.faults, "script flush")
+		ch.Count(&ch.faults, "script flush")
 		_ = admin.ScriptFlush(ctx).Err()
 	case k < 76:
-		ch.count(&ch.faults, "client kill normal")
+		ch.Count(&ch.faults, "client kill normal")
 		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()
 	case k < 82:
-		ch.count(&ch.faults, "client kill pubsub")
+		ch.Count(&ch.faults, "client kill pubsub")
 		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
 	case k < 94:
 		// docs/safety.md, "Delayed restart": a node kept away for longer
 		// than the longest lease comes back empty without harm. No excuse.
-		ch.count(&ch.faults, "delayed restart")
+		ch.Count(&ch.faults, "delayed restart")
 		srv.Kill(t)
 		time.Sleep(rlChaosMaxLease + time.Duration(50+r.IntN(300))*time.Millisecond)
 		srv.Restart(t)
@@ -96,7 +96,7 @@ func (ch *rlChaos) fault(r *rand.Rand) {
 			return
 		}
 		ch.mu.Unlock()
-		ch.count(&ch.faults, "immediate restart")
+		ch.Count(&ch.faults, "immediate restart")
 		began := time.Now()
 		srv.Kill(t)
 		exited := time.Now()

@@ -3,11 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,22 +49,7 @@ import (
 // CHAOS_DURATION (a Go duration, 8s by default) sets its run time, and
 // CHAOS_SEED replays a failure with its logged seed.
 func TestRedlockChaos(t *testing.T) {
-	dur := 8 * time.Second
-	if s := os.Getenv("CHAOS_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dur = d
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("seed %d, duration %v", seed, dur)
+	seed, dur := chaoscheck.Settings(t, 8*time.Second)
 	ch := &rlChaos{t: t, keys: []string{"k0", "k1", "k2"}}
 	ch.run(seed, dur)
 }
@@ -91,6 +73,7 @@ type rlClient struct {
 }
 
 type rlChaos struct {
+	chaoscheck.Tally
 	t       *testing.T
 	cl      *cluster
 	keys    []string
@@ -100,28 +83,10 @@ type rlChaos struct {
 	mu       sync.Mutex
 	holds    []*chaoscheck.Hold
 	restarts []chaoscheck.Restart // the immediate ones: the docs excuse overlaps across them
-	problems []string
 	errKinds map[string]int
 	ops      map[string]int
 	faults   map[string]int
 	busy     [rlChaosNodes]bool // nodes under a fault
-}
-
-func (ch *rlChaos) problem(format string, args ...any) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if len(ch.problems) < 200 {
-		ch.problems = append(ch.problems, fmt.Sprintf(format, args...))
-	}
-}
-
-func (ch *rlChaos) count(m *map[string]int, k string) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if *m == nil {
-		*m = map[string]int{}
-	}
-	(*m)[k]++
 }
 
 var rlChaosSentinels = []error{
@@ -130,26 +95,13 @@ var rlChaosSentinels = []error{
 	redlock.ErrNodeTimeout, context.Canceled, context.DeadlineExceeded,
 }
 
-// checkErr counts err by kind; an untyped error is a problem.
-func (ch *rlChaos) checkErr(op string, err error) {
-	if err == nil {
-		return
-	}
-	kind, ok := chaoscheck.Classify(err, rlChaosSentinels)
-	if !ok {
-		ch.problem("%s: untyped error %T: %v", op, err, err)
-		return
-	}
-	ch.count(&ch.errKinds, op+": "+kind)
-}
-
 // timed runs f, a call given a context that ends by limit at the latest,
 // and reports a call that returned much later: a hang.
 func (ch *rlChaos) timed(op string, limit time.Duration, f func()) {
 	began := time.Now()
 	f()
 	if d := time.Since(began); d > limit+rlChaosCallSlack {
-		ch.problem("%s returned after %v, its context ended after %v", op, d, limit)
+		ch.Problem("%s returned after %v, its context ended after %v", op, d, limit)
 	}
 }
 
@@ -253,10 +205,12 @@ func (ch *rlChaos) run(seed uint64, dur time.Duration) {
 		ClockFencesAcrossRestarts: true,            // docs/safety.md: "the clock term takes over"
 		Logf:                      t.Logf,
 	})
-	ch.problems = append(ch.problems, res.Problems...)
+	for _, p := range res.Problems {
+		ch.Problem("%s", p)
+	}
 	t.Logf("ops %d, holds %d, immediate restarts %d, ops by kind %v, faults %v, errors %v",
 		opsDone.Load(), len(ch.holds), len(ch.restarts), ch.ops, ch.faults, ch.errKinds)
-	for _, p := range ch.problems {
+	for _, p := range ch.Problems() {
 		t.Error(p)
 	}
 }
@@ -264,7 +218,7 @@ func (ch *rlChaos) run(seed uint64, dur time.Duration) {
 func (ch *rlChaos) safeOp(cc *rlClient, r *rand.Rand) {
 	defer func() {
 		if p := recover(); p != nil {
-			ch.problem("panic in client %d: %v", cc.id, p)
+			ch.Problem("panic in client %d: %v", cc.id, p)
 		}
 	}()
 	ch.op(cc, r)
@@ -316,35 +270,35 @@ func (ch *rlChaos) op(cc *rlClient, r *rand.Rand) {
 	call := time.Now()
 	switch k := r.IntN(10); {
 	case k < 5:
-		ch.count(&ch.ops, "lock")
+		ch.Count(&ch.ops, "lock")
 		var l *dlock.Lock
 		var err error
 		ch.timed("Lock", limit, func() { l, err = cc.c.Lock(ctx, key, opts...) })
-		ch.checkErr("lock", err)
+		ch.CheckErr(&ch.errKinds, "lock", err, rlChaosSentinels)
 		if err == nil {
 			ch.holdLock(cc, r, l, "lock", call)
 		}
 	case k < 7:
-		ch.count(&ch.ops, "trylock")
+		ch.Count(&ch.ops, "trylock")
 		var l *dlock.Lock
 		var err error
 		ch.timed("TryLock", limit, func() { l, err = cc.c.TryLock(ctx, key, opts...) })
-		ch.checkErr("trylock", err)
+		ch.CheckErr(&ch.errKinds, "trylock", err, rlChaosSentinels)
 		if err == nil {
 			ch.holdLock(cc, r, l, "trylock", call)
 		}
 	default:
-		ch.count(&ch.ops, "do")
+		ch.Count(&ch.ops, "do")
 		err := cc.c.Do(ctx, key, func(fctx context.Context) error {
 			if d := time.Since(call); d > limit+rlChaosCallSlack {
-				ch.problem("Do's Lock took %v, its context ended after %v", d, limit)
+				ch.Problem("Do's Lock took %v, its context ended after %v", d, limit)
 			}
 			// Do hands fn a context, not the Lock: re-enter for a Lock on
 			// the same hold to record it.
 			ectx, ecancel := context.WithTimeout(fctx, 2*time.Second)
 			defer ecancel()
 			in, err := cc.c.Lock(ectx, key)
-			ch.checkErr("do reenter", err)
+			ch.CheckErr(&ch.errKinds, "do reenter", err, rlChaosSentinels)
 			if err != nil {
 				return nil
 			}
@@ -352,10 +306,10 @@ func (ch *rlChaos) op(cc *rlClient, r *rand.Rand) {
 			ch.holdFor(cc, r, in, hr, time.Duration(r.IntN(200))*time.Millisecond, false)
 			uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer ucancel()
-			ch.checkErr("do reenter unlock", in.Unlock(uctx))
+			ch.CheckErr(&ch.errKinds, "do reenter unlock", in.Unlock(uctx), rlChaosSentinels)
 			return nil
 		}, opts...)
-		ch.checkErr("do", err)
+		ch.CheckErr(&ch.errKinds, "do", err, rlChaosSentinels)
 	}
 }
 
@@ -383,27 +337,27 @@ func (ch *rlChaos) holdFor(cc *rlClient, r *rand.Rand, l *dlock.Lock, hr *chaosc
 			cause := context.Cause(l.Context())
 			hr.LostCause = cause
 			if !errors.Is(cause, dlock.ErrLockLost) {
-				ch.problem("client %d %s: Context done while held with cause %v", cc.id, hr.Key, cause)
+				ch.Problem("client %d %s: Context done while held with cause %v", cc.id, hr.Key, cause)
 			}
 			return
 		}
 		if calls {
 			switch r.IntN(50) {
 			case 0:
-				ch.count(&ch.ops, "extend")
+				ch.Count(&ch.ops, "extend")
 				ctx, cancel, limit := rlCallCtx(r)
 				ttl := time.Duration(60+r.IntN(int(rlChaosMaxLease/time.Millisecond)-59)) * time.Millisecond
 				var err error
 				ch.timed("Extend", limit, func() { err = l.Extend(ctx, ttl) })
 				cancel()
-				ch.checkErr("extend", err)
+				ch.CheckErr(&ch.errKinds, "extend", err, rlChaosSentinels)
 			case 1:
-				ch.count(&ch.ops, "ttl")
+				ch.Count(&ch.ops, "ttl")
 				ctx, cancel, limit := rlCallCtx(r)
 				var err error
 				ch.timed("TTL", limit, func() { _, err = l.TTL(ctx) })
 				cancel()
-				ch.checkErr("ttl", err)
+				ch.CheckErr(&ch.errKinds, "ttl", err, rlChaosSentinels)
 			case 2:
 				ch.reenter(cc, r, l)
 			}
@@ -414,7 +368,7 @@ func (ch *rlChaos) holdFor(cc *rlClient, r *rand.Rand, l *dlock.Lock, hr *chaosc
 }
 
 func (ch *rlChaos) reenter(cc *rlClient, r *rand.Rand, l *dlock.Lock) {
-	ch.count(&ch.ops, "reenter")
+	ch.Count(&ch.ops, "reenter")
 	ctx, cancel := context.WithTimeout(l.Context(), 2*time.Second)
 	defer cancel()
 	var in *dlock.Lock
@@ -424,12 +378,12 @@ func (ch *rlChaos) reenter(cc *rlClient, r *rand.Rand, l *dlock.Lock) {
 	} else {
 		ch.timed("re-entering TryLock", 2*time.Second, func() { in, err = cc.c.TryLock(ctx, l.Key()) })
 	}
-	ch.checkErr("reenter", err)
+	ch.CheckErr(&ch.errKinds, "reenter", err, rlChaosSentinels)
 	if err != nil {
 		return
 	}
 	if in.Fence() != l.Fence() || in.Token() != l.Token() {
-		ch.problem("re-entered lock has fence %d token %s, outer %d %s", in.Fence(), in.Token(), l.Fence(), l.Token())
+		ch.Problem("re-entered lock has fence %d token %s, outer %d %s", in.Fence(), in.Token(), l.Fence(), l.Token())
 	}
 	if r.IntN(2) == 0 {
 		time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
@@ -437,9 +391,9 @@ func (ch *rlChaos) reenter(cc *rlClient, r *rand.Rand, l *dlock.Lock) {
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	ch.timed("re-entered Unlock", 2*time.Second, func() { err = in.Unlock(uctx) })
-	ch.checkErr("reenter unlock", err)
+	ch.CheckErr(&ch.errKinds, "reenter unlock", err, rlChaosSentinels)
 	if err == nil && in.Context().Err() == nil {
-		ch.problem("re-entered lock's Context live after its Unlock")
+		ch.Problem("re-entered lock's Context live after its Unlock")
 	}
 }
 
@@ -451,15 +405,15 @@ func (ch *rlChaos) holdLock(cc *rlClient, r *rand.Rand, l *dlock.Lock, via strin
 	defer ucancel()
 	var err error
 	ch.timed("Unlock", limit, func() { err = l.Unlock(uctx) })
-	ch.checkErr("unlock", err)
+	ch.CheckErr(&ch.errKinds, "unlock", err, rlChaosSentinels)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 		// A caller retries an Unlock that failed.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		ch.timed("Unlock retry", 3*time.Second, func() { err = l.Unlock(ctx) })
 		cancel()
-		ch.checkErr("unlock retry", err)
+		ch.CheckErr(&ch.errKinds, "unlock retry", err, rlChaosSentinels)
 	}
 	if err == nil && l.Context().Err() == nil {
-		ch.problem("Context live after Unlock returned nil")
+		ch.Problem("Context live after Unlock returned nil")
 	}
 }
