@@ -937,22 +937,17 @@ func TestClusterRenewalAfterScriptFlushWithAReplicaHung(t *testing.T) {
 	}
 }
 
-// Renewals are one pipeline that go-redis splits per master. A master
-// that stops answering this client (a partition; the cluster itself is
-// fine) must cost only the locks it serves: the locks on the other
-// masters are renewed there in time and must not be declared lost while
-// the round trip to the silent master waits for its timeout.
-func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	hung := cl.Nodes[1].Addr()
+// proxiedToOneMaster returns a cluster client that reaches one master of cl,
+// hung, through proxy, to be frozen, and the others directly.
+func proxiedToOneMaster(t *testing.T, cl *redistest.Cluster) (cc *redis.ClusterClient, proxy *tcpproxy.Proxy, hung string) {
+	t.Helper()
+	hung = cl.Nodes[1].Addr()
 	proxy, err := tcpproxy.New(hung)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	// This client reaches the hung master through the proxy; everything
-	// else goes straight to the nodes.
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
+	cc = redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cl.Addrs(),
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr == hung {
@@ -963,6 +958,17 @@ func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
 		},
 	})
 	t.Cleanup(func() { _ = cc.Close() })
+	return cc, proxy, hung
+}
+
+// Renewals are one pipeline that go-redis splits per master. A master
+// that stops answering this client (a partition; the cluster itself is
+// fine) must cost only the locks it serves: the locks on the other
+// masters are renewed there in time and must not be declared lost while
+// the round trip to the silent master waits for its timeout.
+func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc, proxy, hung := proxiedToOneMaster(t, cl)
 	c := newClientOn(t, cc)
 	ctx := context.Background()
 

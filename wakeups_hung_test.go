@@ -3,14 +3,12 @@ package dlock
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 )
 
 // On Redis Cluster each waited lock has a pub/sub connection of its own,
@@ -21,24 +19,7 @@ import (
 // returns.
 func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	hung := cl.Nodes[1].Addr()
-	proxy, err := tcpproxy.New(hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	// This client reaches one master through the proxy.
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(),
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == hung {
-				addr = proxy.Addr()
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	})
-	t.Cleanup(func() { _ = cc.Close() })
+	cc, proxy, hung := proxiedToOneMaster(t, cl)
 	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
 	holder := newClientOn(t, cl.Client(t))
 	ctx := context.Background()
