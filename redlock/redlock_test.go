@@ -450,6 +450,37 @@ func TestForeignHashIsWrongType(t *testing.T) {
 	}
 }
 
+// A fence counter that is not a number (a string set by other code) is a
+// value the lock cannot use, as a counter of another type is: TryLock and
+// Lock fail with ErrWrongType at once, not ErrNoQuorum after retrying, and
+// the value is left as it is.
+func TestFenceCounterNotANumberIsWrongType(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	for _, rdb := range cl.rdbs[:2] {
+		rdb.Set(ctx, lockKey("nan")+":fence", "not a number", 0)
+	}
+	if _, err := c.TryLock(ctx, "nan"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryLock with fence counters that are not numbers = %v, want ErrWrongType", err)
+	}
+	// Shorter than the 2 s after which Lock gives up on a majority that
+	// does not answer: waiting would not end, so Lock must not wait.
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Lock(wctx, "nan"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Lock with fence counters that are not numbers = %v, want ErrWrongType", err)
+	}
+	for i, rdb := range cl.rdbs[:2] {
+		if got := rdb.Get(ctx, lockKey("nan")+":fence").Val(); got != "not a number" {
+			t.Errorf("node %d: the foreign value is now %q", i, got)
+		}
+	}
+	if cl.rdbs[2].Exists(ctx, lockKey("nan")).Val() != 0 {
+		t.Error("the failed attempts kept their hold on the third node")
+	}
+}
+
 // A release whose wake-up message the server refuses (an ACL that lets the
 // user run the scripts on the lock's keys but not publish on its channel)
 // has still released the lock: Unlock reports that, not an error.

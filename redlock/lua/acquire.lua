@@ -13,7 +13,9 @@
 -- to wait for.
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not counter then
-  return redis.error_reply('ERR redlock: the fence counter ' .. KEYS[2] .. ' is not a number')
+  -- A value that is not a counter (other data at its name): WRONGTYPE, as
+  -- a key of another type is, so that Lock does not wait for it to change.
+  return redis.error_reply('WRONGTYPE the fence counter ' .. KEYS[2] .. ' is not a number')
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
