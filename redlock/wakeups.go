@@ -93,11 +93,18 @@ func (w *waiter) ignore(token string) {
 	w.h.mu.Unlock()
 }
 
-// attempt records that w begins an attempt with token.
+// attempt records that w begins an attempt with token. A wake-up pending
+// from before is dropped: the attempt checks the lock after it (a release
+// publishes on every node it frees, and the messages after the first must
+// not wake w again once this attempt found the lock taken).
 func (w *waiter) attempt(token string) {
 	w.ignore(token)
 	w.h.mu.Lock()
 	w.trying, w.blockers, w.released = true, nil, nil
+	select {
+	case <-w.wake:
+	default:
+	}
 	w.h.mu.Unlock()
 }
 
