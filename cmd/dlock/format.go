@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -24,6 +26,19 @@ func human(d time.Duration) string {
 	default:
 		return d.Round(time.Second).String()
 	}
+}
+
+// keyText is a lock name as the human output shows it: as it is if it is
+// printable UTF-8, else quoted as a Go string, so that a newline cannot
+// split it over lines (and forge one) and a byte 0xff, text/tabwriter's
+// escape character, cannot swallow the columns of list --long. A name that
+// starts with '"' is quoted too, so a quoted name is never another's.
+func keyText(key string) string {
+	if key != "" && key[0] != '"' && utf8.ValidString(key) &&
+		strings.IndexFunc(key, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
+		return key
+	}
+	return strconv.Quote(key)
 }
 
 // holderText describes a lock's holder in one phrase:

@@ -61,7 +61,7 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) (err error) {
 			err = outputFailed(werr)
 		}
 	}
-	line("key", "%s", info.Key)
+	line("key", "%s", keyText(info.Key))
 	if !info.Held {
 		line("state", "free")
 		if info.Fence != 0 {

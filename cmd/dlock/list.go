@@ -17,7 +17,9 @@ func (a *app) listCmd() *cobra.Command {
 		Use:   "list [PATTERN]",
 		Short: "List the locks that are held",
 		Long: `List prints the names of the locks held now under --prefix, one a line,
-sorted. PATTERN is a Redis glob on the lock name (*, ?, [abc]; default all).
+sorted (a name that is not printable UTF-8, or starts with '"', is quoted as
+a Go string). PATTERN is a Redis glob on the lock name (*, ?, [abc];
+default all).
 It walks the keyspace with SCAN, never KEYS, on every master of a cluster, so
 it does not block Redis. With --long it also inspects each lock, and leaves
 out the names SCAN cannot tell apart: a lock released meanwhile, and a hash
@@ -55,7 +57,7 @@ that other code stored at a lock's name.`,
 					return writeJSON(a.stdout, names)
 				}
 				for _, n := range names {
-					if _, err := fmt.Fprintln(a.stdout, n); err != nil {
+					if _, err := fmt.Fprintln(a.stdout, keyText(n)); err != nil {
 						return outputFailed(err)
 					}
 				}
@@ -80,7 +82,7 @@ that other code stored at a lock's name.`,
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tLEASE LEFT\tFENCE\tWAITERS\tHOLDER")
 			for _, i := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", i.Key, human(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", keyText(i.Key), human(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
 			}
 			return outputFailed(tw.Flush())
 		},

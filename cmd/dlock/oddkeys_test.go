@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestOddKeysInHumanOutput: a lock name with a newline or a byte 0xff
+// (not UTF-8; text/tabwriter's escape character) must not garble the human
+// output: list prints one name a line, list --long keeps its columns for
+// every lock, and inspect shows one state, the lock's.
+func TestOddKeysInHumanOutput(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	keys := []string{"a\xffb", "nl\nstate     free", "z"}
+	fences := map[string]uint64{}
+	for _, k := range keys {
+		l, err := c.Lock(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[k] = l.Fence()
+	}
+
+	r := dlockRun(t, nil, "--redis", url, "list").want(t, 0)
+	if got := lines(r.stdout); len(got) != len(keys) {
+		t.Errorf("list: %d lines for %d locks:\n%s", len(got), len(keys), r.stdout)
+	}
+
+	r = dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
+	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(got) != 1+len(keys) {
+		t.Fatalf("list --long: %d lines for %d locks:\n%s", len(got), len(keys), r.stdout)
+	}
+	col := strings.Index(got[0], "FENCE")
+	for _, k := range keys {
+		fence := strconv.FormatUint(fences[k], 10)
+		found := false
+		for _, line := range got[1:] {
+			if i := strings.Index(line, fence); i >= 0 {
+				found = true
+				if i != col || strings.Contains(line, "\t") {
+					t.Errorf("list --long: lock %q out of its columns (fence at %d, FENCE at %d):\n%s", k, i, col, r.stdout)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("list --long: no row for lock %q:\n%s", k, r.stdout)
+		}
+	}
+
+	r = dlockRun(t, nil, "--redis", url, "inspect", "nl\nstate     free").want(t, 0)
+	var states []string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "state") {
+			states = append(states, line)
+		}
+	}
+	if len(states) != 1 || states[0] != "state     held" {
+		t.Errorf("inspect of a held lock shows states %q:\n%s", states, r.stdout)
+	}
+}
