@@ -2,8 +2,12 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
 )
@@ -55,6 +59,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	// message with a fence up to it was sent before such a check (fences
 	// grow), for a hold of ours that has ended since.
 	var staleUpTo uint64
+	// queuedUntil is when the queue entry the last check made expires: a
+	// check that cannot reach Redis before then keeps the place.
+	var queuedUntil time.Time
 	var wt *waiter
 	defer func() {
 		if wt != nil {
@@ -76,11 +83,20 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			notHeldAt = start
 		}
 		res, ack, err := a.n.tryAcquire(ctx, a.keys, args)
-		if err != nil {
+		if err != nil && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
 			a.abandon(ctx)
 			return backend.Grant{}, redisError("lock", a.r.Key, err)
+		}
+		delay := refresh
+		if err != nil {
+			// Queued, and the master out of reach for now (a failover): the
+			// place is kept while the queue entry lives, on the new master
+			// too. Check again then, or when the subscription is back.
+			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "error", err)
+			delay = min(delay, max(time.Until(queuedUntil), 0))
+			goto wait
 		}
 		switch res[0] {
 		case 1:
@@ -101,11 +117,11 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrNotObtained)
 		}
 		notHeldAt = start
+		queuedUntil = start.Add(a.n.queueTTL - backend.Drift(a.n.queueTTL))
 		if len(res) > 2 {
 			staleUpTo = max(staleUpTo, uint64(res[2]))
 		}
 
-		delay := refresh
 		if retry.Retry != nil {
 			due, ok := retry.Next(start)
 			if !ok {
@@ -119,6 +135,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// its last millisecond, not yet expired).
 			delay = min(delay, pttl+time.Millisecond)
 		}
+	wait:
 		if wt == nil {
 			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel+":"+a.n.id, a.r.Token, start); err != nil {
 				wt = nil // wait by the timer alone
@@ -189,4 +206,24 @@ func (a *attempt) abandon(ctx context.Context) {
 	if err != nil {
 		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "error", err)
 	}
+}
+
+// keepPlace reports whether a queued waiter whose check failed with err
+// keeps waiting: the master did not answer (a failover: the connection
+// refused or dropped, a demoted master), and ctx has not ended. Other
+// replies (WRONGTYPE, a script error) end the wait.
+func keepPlace(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
 }

@@ -581,3 +581,48 @@ func sha1Hex(s string) string {
 	sum := sha1.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// A waiter queued when the master crashes keeps waiting through the
+// failover (docs/safety.md: dlock follows the master), keeps its place
+// (its queue entry was replicated), and is handed the lock when the holder
+// releases it on the new master. Before, the check nudged by the dropped
+// subscription met the dead master and Lock returned its connection
+// error.
+func TestWaiterKeepsPlaceThroughFailover(t *testing.T) {
+	ctx := context.Background()
+	g := redistest.StartSentinelGroup(t, 1, 3)
+	holder := newClientOn(t, g.FailoverClient(t))
+	// A queue entry that outlives the failover (seconds here).
+	waiter := newClientOn(t, g.FailoverClient(t), WithQueueTTL(15*time.Second))
+	const key = "failover-waiter"
+	l := mustLock(t, holder, key, WithTTL(20*time.Second))
+	got := lockAsync(ctx, waiter, key)
+	om := g.Master.Client(t)
+	ch := waiter.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
+		return om.ZCard(ctx, holder.keys(key).queue).Val() == 1 && subs[ch] == 1
+	})
+	waitReplicaAcks(t, om) // the lock and the queue entry are on the replica
+
+	oldAddr := g.Master.Addr()
+	g.Master.Kill(t)
+	newAddr := g.WaitForFailover(t, oldAddr, 30*time.Second)
+	nm := g.ServerByAddr(newAddr).Client(t)
+	waitRenewal(t, nm, holder.keys(key).lock) // the holder follows the new master
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock on the new master: %v", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter queued through the failover: %v", r.err)
+		}
+		if r.l.Fence() <= l.Fence() {
+			t.Errorf("waiter's fence %d <= the holder's %d", r.l.Fence(), l.Fence())
+		}
+		_ = r.l.Unlock(ctx)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not handed the lock")
+	}
+}
