@@ -489,13 +489,7 @@ func TestHungMasterWaiterFindsLockAtNextCheck(t *testing.T) {
 	const key = "hung-master"
 	l := mustLock(t, holder, key, WithTTL(time.Minute)) // no renewal during the test
 	got := lockAsync(ctx, waiter, key)
-	om := g.Master.Client(t)
-	ch := waiter.wakeChannel(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe on the master", func() bool {
-		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
-		return om.ZCard(ctx, holder.keys(key).queue).Val() == 1 && subs[ch] == 1
-	})
-	waitReplicaAcks(t, om) // the lock and the queue entry are on the replica
+	queuedOnReplica(t, g, waiter, key)
 
 	oldAddr := g.Master.Addr()
 	g.Master.Pause(t)
@@ -597,13 +591,7 @@ func TestWaiterKeepsPlaceThroughFailover(t *testing.T) {
 	const key = "failover-waiter"
 	l := mustLock(t, holder, key, WithTTL(20*time.Second))
 	got := lockAsync(ctx, waiter, key)
-	om := g.Master.Client(t)
-	ch := waiter.wakeChannel(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
-		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
-		return om.ZCard(ctx, holder.keys(key).queue).Val() == 1 && subs[ch] == 1
-	})
-	waitReplicaAcks(t, om) // the lock and the queue entry are on the replica
+	queuedOnReplica(t, g, waiter, key)
 
 	oldAddr := g.Master.Addr()
 	g.Master.Kill(t)
@@ -625,4 +613,19 @@ func TestWaiterKeepsPlaceThroughFailover(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter was not handed the lock")
 	}
+}
+
+// queuedOnReplica waits until waiter is queued for key on g's master and
+// subscribed to its hand-over channel there, and until the replica has the
+// lock and the queue entry.
+func queuedOnReplica(t *testing.T, g *redistest.SentinelGroup, waiter *Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	om := g.Master.Client(t)
+	ch := waiter.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe on the master", func() bool {
+		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
+		return om.ZCard(ctx, waiter.keys(key).queue).Val() == 1 && subs[ch] == 1
+	})
+	waitReplicaAcks(t, om)
 }
