@@ -88,6 +88,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
 	}
 	h := &hold{lease: g.Lease, fence: g.Fence, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
+	if x != nil {
+		x.leased = g.Start
+	}
 	if cfg.maxHold > 0 {
 		h.renewUntil = g.Start.Add(cfg.maxHold)
 	}

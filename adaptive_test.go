@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // grantedLease returns the lease the lock k was granted, however long ago:
@@ -193,4 +194,39 @@ func TestAdaptiveLeaseHugeStatsGiveTheCap(t *testing.T) {
 	if lease != 2*time.Second {
 		t.Errorf("lease %v for hold times of centuries, want the 2s cap", lease)
 	}
+}
+
+// TestAdaptiveLeaseCoversTheRoundTrip: the holder trusts its lease from
+// before the acquisition was sent, so the hold time that sizes later
+// leases must count the acquisition's round trip. Measured from the
+// grant's reply, short work over a slow link (here 25 ms each way for the
+// grant) records holds of microseconds, sizes the next lease to MinTTL,
+// and every later acquisition finds its lease over before the grant's
+// reply arrives (ErrLockLost): nothing is recorded then, so the key stays
+// unusable until its statistics expire a week later.
+func TestAdaptiveLeaseCoversTheRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	const latency = 25 * time.Millisecond
+	slow := func() error { time.Sleep(latency); return nil } // the link's delay, not a wait
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{acquireEval.sha: slow}})
+	ctx := context.Background()
+	opts := []LockOption{WithoutRenewal(), WithTTL(5 * time.Second), WithAdaptiveTTL(2, 0)}
+	for i := range 3 {
+		l, err := c.TryLock(ctx, "remote", opts...)
+		if err != nil {
+			t.Fatalf("acquisition %d (stats %+v): %v", i, holdStats(t, c, "remote"), err)
+		}
+		if err := l.Unlock(ctx); err != nil { // short work
+			t.Fatalf("unlock %d: %v", i, err)
+		}
+	}
+}
+
+func holdStats(t *testing.T, c *Client, key string) backend.HoldStats {
+	t.Helper()
+	s, err := c.be.(*node).HoldStats(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
