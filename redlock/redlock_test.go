@@ -418,6 +418,22 @@ func TestWrongTypeKey(t *testing.T) {
 	}
 }
 
+// tryAndLockAreWrongType checks that TryLock and Lock of key fail with
+// ErrWrongType; Lock at once, within a second, shorter than the 2 s after
+// which it gives up on a majority that does not answer.
+func tryAndLockAreWrongType(t *testing.T, c *dlock.Client, key, what string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryLock %s = %v, want ErrWrongType", what, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Lock(wctx, key); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Lock %s = %v, want ErrWrongType", what, err)
+	}
+}
+
 // A hash at the lock's name that is not a lock (other data: no ':at', which
 // every grant writes) is a value of the wrong type, as for package dlock:
 // Lock must not wait for it to be released, TryLock must not call it held
@@ -429,14 +445,7 @@ func TestForeignHashIsWrongType(t *testing.T) {
 	for _, rdb := range cl.rdbs[:2] {
 		rdb.HSet(ctx, lockKey("hash"), "user", "alice")
 	}
-	if _, err := c.TryLock(ctx, "hash"); !errors.Is(err, dlock.ErrWrongType) {
-		t.Errorf("TryLock on a hash that is not a lock = %v, want ErrWrongType", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if _, err := c.Lock(wctx, "hash"); !errors.Is(err, dlock.ErrWrongType) {
-		t.Errorf("Lock on a hash that is not a lock = %v, want ErrWrongType", err)
-	}
+	tryAndLockAreWrongType(t, c, "hash", "on a hash that is not a lock")
 	for i, rdb := range cl.rdbs[:2] {
 		if got := rdb.HGetAll(ctx, lockKey("hash")).Val(); len(got) != 1 || got["user"] != "alice" {
 			t.Errorf("node %d: the foreign hash is now %v", i, got)
@@ -461,16 +470,7 @@ func TestFenceCounterNotANumberIsWrongType(t *testing.T) {
 	for _, rdb := range cl.rdbs[:2] {
 		rdb.Set(ctx, lockKey("nan")+":fence", "not a number", 0)
 	}
-	if _, err := c.TryLock(ctx, "nan"); !errors.Is(err, dlock.ErrWrongType) {
-		t.Errorf("TryLock with fence counters that are not numbers = %v, want ErrWrongType", err)
-	}
-	// Shorter than the 2 s after which Lock gives up on a majority that
-	// does not answer: waiting would not end, so Lock must not wait.
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if _, err := c.Lock(wctx, "nan"); !errors.Is(err, dlock.ErrWrongType) {
-		t.Errorf("Lock with fence counters that are not numbers = %v, want ErrWrongType", err)
-	}
+	tryAndLockAreWrongType(t, c, "nan", "with fence counters that are not numbers")
 	for i, rdb := range cl.rdbs[:2] {
 		if got := rdb.Get(ctx, lockKey("nan")+":fence").Val(); got != "not a number" {
 			t.Errorf("node %d: the foreign value is now %q", i, got)
