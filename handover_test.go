@@ -55,23 +55,19 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 			l := receiveLock(t, got, 5*time.Second, "hand-over")
 			defer l.Unlock(ctx)
 			d := c.dog.deadline(l.h)
-			if !byCheck {
-				// The message gives no lease left: the waiter's last check
-				// is before the Unlock, so is its lease. (Both times are
-				// this process's monotonic clock.)
-				if margin := backend.Drift(ttl); d.After(unlocking.Add(ttl - margin)) {
-					t.Errorf("trusted until %v after the Unlock began, want at most the %v lease less %v", d.Sub(unlocking), ttl, margin)
-				}
-				return
-			}
-			// A check reads the lease left (PTTL) and trusts that, less
-			// its own, smaller drift margin. The fence is the server's
-			// clock in µs at the grant (it moved on since the last one):
-			// Redis keeps the lease ttl from there. Comparing that clock
-			// with ours must allow for any setting of the wall clock
-			// meanwhile.
+			// The fence is the server's clock in µs at the grant (it moved
+			// on since the last one): Redis keeps the lease ttl from there.
+			// A message gives no lease left: the waiter trusts it from its
+			// last check that found the lock held, before the grant (which
+			// may come after the Unlock began). A check reads the lease
+			// left (PTTL) and trusts that, less its own, smaller drift
+			// margin. Comparing the server's clock with ours must allow for
+			// any setting of the wall clock meanwhile.
 			granted := time.UnixMicro(int64(l.Fence()))
-			margin := backend.Drift(0)
+			margin := backend.Drift(ttl)
+			if byCheck {
+				margin = backend.Drift(0)
+			}
 			if d.After(granted.Add(ttl - margin + wallClockSet(unlocking))) {
 				t.Errorf("trusted until %v after the grant, want at most the %v lease less %v", d.Round(0).Sub(granted), ttl, margin)
 			}
