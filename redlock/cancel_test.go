@@ -282,6 +282,147 @@ func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) 
 	onEveryNodeSurvivesOneDown(t, cl, obs, l, "job")
 }
 
+// lateAttempt makes, while armed, the acquire script of key run on the
+// node and its reply come only after the attempt stopped waiting for it (a
+// grant the attempt never learns of), and holds back the release script
+// of key until gate is closed, as a release slow to reach the node: the
+// request is applied whenever it arrives, whatever its client's deadline.
+type lateAttempt struct {
+	testutil.PassHook
+	key      string
+	armed    atomic.Bool
+	heldBack atomic.Int32 // releases being held back
+	gate     chan struct{}
+}
+
+func (h *lateAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if !h.armed.Load() || len(a) < 5 || a[0] != "evalsha" || a[3] != lockKey(h.key) {
+			return next(ctx, cmd)
+		}
+		switch a[4] {
+		case lockKey(h.key) + ":fence":
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			<-ctx.Done() // the per-node timeout, or the attempt's own cancellation
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		case lockKey(h.key) + ":wake":
+			h.heldBack.Add(1)
+			<-h.gate
+			return next(context.WithoutCancel(ctx), cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// countAcquires counts the acquire scripts of key a node has answered.
+type countAcquires struct {
+	testutil.PassHook
+	key string
+	n   atomic.Int32
+}
+
+func (h *countAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// The acquire script has three arguments; the fence script two.
+		if a := cmd.Args(); len(a) == 8 && a[0] == "evalsha" && a[3] == lockKey(h.key) {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+
+// A failed attempt releases on the nodes that did not answer too, since
+// they may have granted it late; where such a release frees the lock, it
+// must wake the waiters that hold blocked (here the attempt never learnt of
+// any grant), not leave them asleep until the hold's lease runs out.
+func TestReleaseOfLateGrantsWakesTheWaiters(t *testing.T) {
+	cl := startCluster(t, 3)
+	ctx := context.Background()
+	late := &lateAttempt{key: "late", gate: make(chan struct{})}
+	var nodes []redis.UniversalClient
+	for _, srv := range cl.srvs {
+		rdb := nodeClient(srv.Addr())
+		rdb.AddHook(late)
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	// A per-node timeout that a loaded machine's acquire requests fit in:
+	// each must run (the late grant) before the hook holds its reply back.
+	a, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var once sync.Once
+	open := func() { once.Do(func() { close(late.gate) }) }
+	t.Cleanup(open) // before a.Close, which waits for the held-back releases
+	counts := make([]*countAcquires, len(cl.rdbs))
+	for i, rdb := range cl.rdbs {
+		counts[i] = &countAcquires{key: "late"}
+		rdb.AddHook(counts[i])
+	}
+	b := cl.locker(t)
+	mustLock(t, a, "late").Unlock(ctx) // the nodes cache the scripts
+	// Unlock returns once a majority released: the last node's release may
+	// still be on its way, and would refuse the late grant, then delete it.
+	waitUntil(t, 5*time.Second, "the first lock released on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if rdb.Exists(ctx, lockKey("late")).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	late.armed.Store(true)
+	if _, err := a.TryLock(ctx, "late", dlock.WithTTL(20*time.Second)); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryLock = %v, want ErrNoQuorum", err)
+	}
+	waitUntil(t, 5*time.Second, "the attempt's releases held back on every node", func() bool {
+		return late.heldBack.Load() == 3
+	})
+	for i, rdb := range cl.rdbs {
+		if rdb.Exists(ctx, lockKey("late")).Val() == 0 {
+			t.Fatalf("node %d: no late grant", i)
+		}
+	}
+
+	got := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		l, err := b.Lock(wctx, "late")
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The waiter is refused by the late holds (20s leases), subscribes, and
+	// tries again once subscribed on a majority: two attempts, both refused.
+	waitUntil(t, 5*time.Second, "the waiter's second attempt on every node", func() bool {
+		for _, c := range counts {
+			if c.n.Load() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	open() // the releases reach the nodes and free the lock
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock 5s after the late holds were released")
+	}
+}
+
 // An inner Unlock (of a re-entered Lock) releases no node's hold: it must
 // not stop the acquires still on their way to the nodes slower than the
 // majority, as the outermost Unlock does. Else the lock, still held, sits
