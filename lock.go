@@ -108,7 +108,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.live()
 }
 
-// TTL returns how long Redis will keep the lock if it is not renewed.
+// TTL returns how long Redis will keep the lock if it is not renewed. It
+// is 0 if someone removed the lock key's expiry behind the Client's back
+// (PERSIST); the next renewal sets one again.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err

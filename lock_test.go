@@ -19,6 +19,23 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
+// A lock key someone made persistent reports a TTL of 0, as on Redlock,
+// not PTTL's -1 ms.
+func TestTTLOfPersistedLockIsZero(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "persisted")
+	if !rdb.Persist(ctx, c.keys("persisted").lock).Val() {
+		t.Fatal("PERSIST did not remove the lock's expiry")
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl != 0 {
+		t.Errorf("TTL() = %v, %v; want 0", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLockAndUnlock(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

@@ -143,6 +143,8 @@ func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backen
 		return 0, backend.Unknown, err
 	case v == -3:
 		return 0, backend.NotHeld, nil
+	case v < 0:
+		v = 0 // no expiry: the key was changed behind our back (PERSIST)
 	}
 	return time.Duration(v) * time.Millisecond, backend.Held, nil
 }

@@ -109,6 +109,28 @@ func TestLockOnEveryNode(t *testing.T) {
 	_ = l2.Unlock(ctx)
 }
 
+// Lock keys someone made persistent report a TTL of 0, as on one server.
+func TestTTLOfPersistedLockIsZero(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "persisted")
+	waitUntil(t, 5*time.Second, "the lock on all 3 nodes", func() bool {
+		return len(cl.holders(t, "persisted", l.Token())) == 3
+	})
+	for i, rdb := range cl.rdbs {
+		if !rdb.Persist(ctx, lockKey("persisted")).Val() {
+			t.Fatalf("node %d: PERSIST did not remove the lock's expiry", i)
+		}
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl != 0 {
+		t.Errorf("TTL() = %v, %v; want 0", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestMutualExclusionProcesses(t *testing.T) {
 	cl := startCluster(t, 5)
 	resSrv := startCluster(t, 1) // the protected resource, not a lock node
