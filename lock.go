@@ -80,7 +80,9 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // the lock was lost, or ErrReleased if it was unlocked. If it fails
 // otherwise, Redis may or may not have the new
 // lease: until a renewal succeeds, the lock is trusted no longer than the
-// shorter of the two.
+// shorter of the two, and the watchdog renews for the shorter of the two
+// until an Extend succeeds (the failed request may still reach Redis after
+// a renewal, and shorten the lease that renewal set).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)

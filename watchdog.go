@@ -161,6 +161,8 @@ func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration, o backe
 	w.mu.Lock()
 	switch {
 	case err != nil:
+		// For good (until an Extend succeeds): the request may still
+		// reach Redis after a renewal, and shorten the lease it set.
 		h.ttl = min(h.ttl, ttl)
 		if d := start.Add(ttl - backend.Drift(ttl)); d.Before(h.deadline) {
 			h.deadline = d

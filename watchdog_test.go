@@ -76,7 +76,8 @@ func TestExtendWaitsForRenewal(t *testing.T) {
 }
 
 // An Extend whose reply is lost may have shortened the lease in Redis: the
-// lock may then be trusted only as long as the shorter lease.
+// lock may then be trusted only as long as the shorter lease, and renewed
+// for it.
 func TestExtendWithLostReply(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy, err := tcpproxy.New(srv.Addr())
@@ -98,6 +99,14 @@ func TestExtendWithLostReply(t *testing.T) {
 	}
 	if d := c.dog.deadline(l.h); d.After(start.Add(300 * time.Millisecond)) {
 		t.Errorf("after an Extend to 300ms of unknown outcome, the lock is trusted for %v", d.Sub(start).Round(time.Millisecond))
+	}
+	// The Extend may still reach Redis after a renewal: renewals must not
+	// trust a longer lease than it sets.
+	c.dog.mu.Lock()
+	renewTTL := l.h.ttl
+	c.dog.mu.Unlock()
+	if renewTTL != 300*time.Millisecond {
+		t.Errorf("after an Extend to 300ms of unknown outcome, renewals set %v", renewTTL)
 	}
 	proxy.Thaw()
 	if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
