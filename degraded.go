@@ -171,7 +171,11 @@ func (d degradedBackend) Release(_ context.Context, _ *backend.Lease, level int)
 	return int64(keep), nil
 }
 
-func (d degradedBackend) Reenter(context.Context, *backend.Lease) (int64, error) {
+// Reenter fails with an ended ctx, as a re-entry sent to Redis would.
+func (d degradedBackend) Reenter(ctx context.Context, _ *backend.Lease) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	d.x.mu.Lock()
 	defer d.x.mu.Unlock()
 	if d.x.count == 0 {

@@ -254,6 +254,27 @@ func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 	})
 }
 
+// Re-entering a degraded lock with an ended context fails, as it does for
+// a lock from Redis, and leaves the hold count as it was.
+func TestDegradedReenterWithEndedContext(t *testing.T) {
+	c, _ := degradedWhileDown(t)
+	l, err := c.Lock(context.Background(), "job")
+	if err != nil || !l.Degraded() {
+		t.Fatalf("Lock with Redis down = %v, %v; want a degraded lock", l, err)
+	}
+	ctx, cancel := context.WithCancel(l.Context())
+	cancel()
+	if _, err := c.Lock(ctx, "job"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("re-entering Lock with an ended context = %v; want context.Canceled", err)
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l.Context().Err() == nil {
+		t.Error("the lock is still held after its only Unlock: the failed re-entry added a hold")
+	}
+}
+
 // TestDegradedLockMaxHold: a degraded lock has no lease, but WithMaxHold
 // still bounds it, as it bounds a lock from Redis: once held for the max
 // hold it is lost (its Context ends, the Observer is told) and the
