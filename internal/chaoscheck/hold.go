@@ -1,8 +1,9 @@
-// Package chaoscheck is the checking half of the chaos tests (the library's
-// TestChaos, redlock's TestRedlockChaos): the record of each hold's
-// verified-live interval, the exclusion and fencing check over those
-// records, and the classification of the errors the traffic met. Each test
-// keeps its own traffic and faults. Only test code imports it.
+// Package chaoscheck is what the chaos tests (the library's TestChaos,
+// redlock's TestRedlockChaos) share: the random lock traffic (Traffic), the
+// record of each hold's verified-live interval, the exclusion and fencing
+// check over those records, and the classification of the errors the
+// traffic met. Each test keeps its own servers, clients and faults. Only
+// test code imports it.
 package chaoscheck
 
 import "time"
