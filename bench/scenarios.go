@@ -121,7 +121,10 @@ func (e *Env) Uncontended(s Setup, goroutines int, warmup, dur time.Duration, o 
 					continue
 				}
 				if err := unlock(ctx); err != nil {
+					// Not a pair: its release failed. It counts as an
+					// error, not in the rate or the latency.
 					countIf(&record, &errs)
+					continue
 				}
 				if record.Load() {
 					samples[g] = append(samples[g], time.Since(t0))

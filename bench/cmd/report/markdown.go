@@ -401,7 +401,7 @@ func writeUncontended(b *strings.Builder, r *Report) {
 			num(r.unc(s.Name, func(u bench.UncontendedResult) float64 { return us(u.ServerCPUOp) }).Med),
 			num(r.unc(s.Name, func(u bench.UncontendedResult) float64 { return float64(u.Errors) }).Hi))
 	}
-	b.WriteString("\n\"x ceiling\" is against the SET NX PX + DEL pairs ceiling measured in the same run (median of the runs' ratios); \"x best other\" against the fastest other library, over the runs of all its setups (without contention they run the same code). CPU columns are CPU time of the benchmark process and of redis-server divided by pairs.\n\n")
+	b.WriteString("\n\"x ceiling\" is against the SET NX PX + DEL pairs ceiling measured in the same run (median of the runs' ratios); \"x best other\" against the fastest other library, over the runs of all its setups (without contention they run the same code). CPU columns are CPU time of the benchmark process and of redis-server divided by pairs. \"lock errors\" is the maximum over runs, not the median (must be 0).\n\n")
 }
 
 func writeContended(b *strings.Builder, r *Report, n int) {
