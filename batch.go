@@ -100,9 +100,18 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 		return notSent(ctx)
 	}
 	b.mu.Unlock()
-	// Already on the wire: its outcome is what the caller must act on.
-	<-c.done
-	return c.cmd
+	// Already on the wire: it may have run. The caller, whose ctx has
+	// ended, does not wait out the batch's own timeout on a Redis that does
+	// not answer: an error says that the outcome is unknown, as a reply cut
+	// short at ctx's end would (acquire then abandons, Unlock gives up).
+	select {
+	case <-c.done:
+		return c.cmd
+	default:
+	}
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(ctx.Err())
+	return cmd
 }
 
 // release gives back an in-flight slot, or uses it to send the queue.

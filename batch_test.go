@@ -182,3 +182,56 @@ func TestBatchSlotFreedByPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A release that waited in the batcher's queue and was then sent to a
+// Redis that does not answer returns when its caller's context ends, as one
+// sent at once does (ContextTimeoutEnabled): not when the batch's own
+// timeout (10 s) runs out. Its outcome is unknown, so Unlock gives the lock
+// up, as after any failed release.
+func TestBatchedUnlockHonoursItsContext(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
+	a, b, l := mustLock(t, c, "a"), mustLock(t, c, "b"), mustLock(t, c, "c")
+
+	proxy.Freeze()
+	defer proxy.Thaw()
+	for _, s := range []*Lock{a, b} {
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			_ = s.Unlock(sctx)
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	uctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(uctx) }()
+	waitUntil(t, 5*time.Second, "the release to queue", func() bool { _, q := inflight(c); return q == 1 })
+	// The two releases in flight give up at 300 ms; the freed slot sends
+	// the queued one, into the frozen connection.
+	waitUntil(t, 5*time.Second, "the queued release to be sent", func() bool { _, q := inflight(c); return q == 0 })
+	<-uctx.Done()
+	select {
+	case err := <-unlocked:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Unlock with its context over = %v, want DeadlineExceeded", err)
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("after a release of unknown outcome the lock's Context = %v, want ErrLockLost (given up)", cause)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Unlock still waits for its batched release 5 s after its context ended")
+		proxy.Thaw()
+		<-unlocked
+	}
+}

@@ -94,6 +94,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return redisError("extend", l.Key(), ErrDegraded)
 	}
 	if err := l.c.dog.claim(ctx, l.h); err != nil {
+		if lerr := l.live(); lerr != nil {
+			return lerr // lost or released before the Extend was sent
+		}
 		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
 	}
 	start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -114,9 +115,13 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 	return cmds
 }
 
-// outcome reads the reply of extend.lua: 1 extended, 0 not held.
+// outcome reads the reply of extend.lua: 1 extended, 0 not held. A
+// WRONGTYPE reply is an answer too: the key holds another kind of value, so
+// no token holds the lock there.
 func outcome(n int64, err error) backend.Outcome {
 	switch {
+	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") && errors.As(err, new(redis.Error)):
+		return backend.NotHeld
 	case err != nil:
 		return backend.Unknown
 	case n == 1:

@@ -123,10 +123,12 @@ func (w *watchdog) remove(h *hold) bool {
 // claim waits until no renewal of h is under way and marks h busy, so that
 // no renewal starts until extended: an Extend and a renewal must not race,
 // since whichever ran last in Redis sets the lease, but the reply read last
-// would set the deadline.
+// would set the deadline. It fails with h's cause once h has ended (lost,
+// closed or released), while it waits too: an Extend of a lock nobody
+// holds any more must not reset its lease in Redis.
 func (w *watchdog) claim(ctx context.Context, h *hold) error {
 	w.mu.Lock()
-	for h.busy {
+	for h.busy && h.ctx.Err() == nil {
 		if h.idle == nil {
 			h.idle = make(chan struct{})
 		}
@@ -134,10 +136,15 @@ func (w *watchdog) claim(ctx context.Context, h *hold) error {
 		w.mu.Unlock()
 		select {
 		case <-idle:
+		case <-h.ctx.Done():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		w.mu.Lock()
+	}
+	if h.ctx.Err() != nil {
+		w.mu.Unlock()
+		return context.Cause(h.ctx)
 	}
 	h.busy = true
 	w.mu.Unlock()

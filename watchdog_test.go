@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -445,4 +446,112 @@ func TestFailedRenewalIsNotRetriedAtOnce(t *testing.T) {
 		t.Errorf("a failed renewal was tried again after %v, want about %v (lease/10)", gap, ttl/10)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// An Extend that waits for a renewal or another Extend under way (claim)
+// must notice that the lock is lost meanwhile: it returns the loss at once
+// rather than wait on for that call's reply, and it never sends its own
+// Extend, which would reset the lease of a lock nobody holds any more (its
+// Context has ended, nothing renews or releases it): the other clients
+// would wait out that lease.
+func TestExtendWaitingForRenewalSeesLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ttl     time.Duration
+		opts    []LockOption
+		renewal bool // the call under way is a renewal, else an Extend to a minute
+		close   bool // the lock is lost by Close, else by its deadline
+	}{
+		{"renewal, lease ran out", 3 * time.Second, nil, true, false},
+		{"Extend, lease ran out", time.Second, []LockOption{WithoutRenewal()}, false, false},
+		{"Extend, Close", time.Minute, nil, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			var armed atomic.Bool
+			ran, proceed := make(chan struct{}), make(chan struct{})
+			c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): func() error {
+				if armed.CompareAndSwap(true, false) {
+					close(ran)
+					<-proceed // Redis ran it; its reply is slow
+				}
+				return nil
+			}}})
+			armed.Store(tc.renewal)
+			l := mustLock(t, c, "extend-claim-lost", append(tc.opts, WithTTL(tc.ttl))...)
+			first := make(chan error, 1)
+			if !tc.renewal {
+				armed.Store(true)
+				go func() { first <- l.Extend(ctx, time.Minute) }()
+			}
+			<-ran
+			second := make(chan error, 1)
+			go func() { second <- l.Extend(ctx, time.Hour) }()
+			waitUntil(t, 5*time.Second, "the Extend to wait for the call under way", func() bool {
+				c.dog.mu.Lock()
+				defer c.dog.mu.Unlock()
+				return l.h.idle != nil
+			})
+			if tc.close {
+				go c.Close() // waits for the call under way
+			}
+			select {
+			case <-l.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lock was not declared lost")
+			}
+			var err error
+			select {
+			case err = <-second:
+			case <-time.After(5 * time.Second):
+				t.Error("Extend still waits for the call under way after the lock was lost")
+			}
+			close(proceed)
+			if err == nil {
+				err = <-second
+			}
+			if !errors.Is(err, ErrLockLost) {
+				t.Errorf("Extend of a lock lost while it waited = %v, want ErrLockLost", err)
+			}
+			if !tc.renewal {
+				<-first
+			}
+			waitRenewalsSettled(t)
+			if pttl, _ := rdb.PTTL(ctx, leaseKeys(l.h.lease).lock).Result(); pttl > time.Minute {
+				t.Errorf("after the loss, the Extend reset the lease in Redis to %v: nobody holds it", pttl.Round(time.Second))
+			}
+		})
+	}
+}
+
+// A renewal that finds the lock's key replaced by a value of another type
+// (deleted by hand and written by another program) has its answer: the
+// token does not hold the lock. The holder learns of the loss then, as
+// when the key is gone (TestRestartLossKnownAtNextRenewal), not only when
+// its lease runs out after a lease's worth of renewals "without answer".
+func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const ttl = 3 * time.Second // renewed every 1 s; deadline ~2.97 s
+	l := mustLock(t, c, "wrong-type", WithTTL(ttl))
+	key := leaseKeys(l.h.lease).lock
+	if err := rdb.Set(ctx, key, "not a lock", 0).Err(); err != nil { // SET replaces the hash
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock was not declared lost")
+	}
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+	if strings.Contains(cause.Error(), "ran out") {
+		t.Errorf("a renewal found the key holding another value, yet the lock was lost only at its deadline: %v", cause)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != "not a lock" {
+		t.Errorf("the foreign value was changed to %q", got)
+	}
 }
