@@ -18,11 +18,12 @@ local function reply(fence)
   return fence
 end
 
-local function wait(fence, now_ms, now_us)
+-- pttl is the lock's, if the script has just set it (a hand-over).
+local function wait(fence, now_ms, now_us, pttl)
   if ARGV[4] == '1' then
     enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
   end
-  return {0, redis.call('PTTL', KEYS[1]), fence and reply(fence)}
+  return {0, pttl or redis.call('PTTL', KEYS[1]), fence and reply(fence)}
 end
 
 -- One read, no more on the free path: whether token holds the lock, and
@@ -48,9 +49,10 @@ end
 local now_ms, now_us = clock()
 local head = live_head(now_ms)
 if head and head ~= token then
-  -- The holder's lease ran out with waiters queued: the first one goes first.
-  local _, fence = hand_over(now_ms, now_us)
-  return wait(fence, now_ms, now_us)
+  -- The holder's lease ran out with waiters queued: the first one goes
+  -- first, with the lease its entry asked for (the lock's PTTL now).
+  local _, fence, lease = hand_over(now_ms, now_us)
+  return wait(fence, now_ms, now_us, lease)
 end
 if head then dequeue(token) end
 return {1, reply(grant(token, ARGV[2], ARGV[3], now_ms, now_us))}

@@ -115,15 +115,25 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. client .. ' ' .. meta)
   -- The keys must outlive every entry, and Clients may have different
   -- queue TTLs: never shorten their life. Both always get the same expiry
-  -- here, so the queue's tells (-1 if it was just created).
-  if redis.call('PTTL', KEYS[3]) < ttl then
-    redis.call('PEXPIRE', KEYS[3], ttl)
-    redis.call('PEXPIRE', KEYS[4], ttl)
+  -- here, so the queue's tells. From Redis 7.0 (whose scripts see
+  -- REDIS_VERSION_NUM), PEXPIRE ... GT lengthens the queue's expiry in the
+  -- command that asks: one command fewer than PTTL + PEXPIRE whenever the
+  -- queue already has an expiry. GT counts a key without an expiry (a queue
+  -- just created) as expiring never, so a 0 is followed by NX, which sets
+  -- the expiry of a queue that has none and leaves a longer one alone.
+  -- Before 7.0, or if GT is refused, the expiry is read first.
+  local set
+  if redis.REDIS_VERSION_NUM then set = redis.pcall('PEXPIRE', KEYS[3], ttl, 'GT') end
+  if type(set) ~= 'number' then
+    set = redis.call('PTTL', KEYS[3]) < ttl and redis.call('PEXPIRE', KEYS[3], ttl)
+  elseif set == 0 then
+    set = redis.call('PEXPIRE', KEYS[3], ttl, 'NX')
   end
+  if set == 1 then redis.call('PEXPIRE', KEYS[4], ttl) end
 end
 
 -- hand_over gives the free lock to the first live waiter, if any (it
--- returns that waiter and its fence), and
+-- returns that waiter, its fence and its lease in ms), and
 -- tells that waiter's Client alone, on its own channel, so the new holder
 -- needs no further round trip. Expired entries in front are dropped. It
 -- takes the clock if the caller has not: a release with nobody queued
@@ -147,7 +157,7 @@ local function hand_over(now_ms, now_us)
       if type(sent) == 'table' and sent.err then
         redis.pcall('PUBLISH', channel, msg)
       end
-      return head, fence
+      return head, fence, tonumber(lease)
     end
   end
 end

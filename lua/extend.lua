@@ -12,6 +12,12 @@
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 local ttl = tonumber(ARGV[2])
 if ARGV[3] == 'renew' then
+  -- From Redis 7.0 (whose scripts see REDIS_VERSION_NUM), PEXPIRE ... GT
+  -- lengthens the lease in the command that compares, and a 1 is a write.
+  -- A 0 (the lease is that long already, or the key has no expiry, which
+  -- GT counts as never expiring) or a server that refuses GT goes on as
+  -- before: read the lease, and write the longer of the two.
+  if redis.REDIS_VERSION_NUM and redis.pcall('PEXPIRE', KEYS[1], ttl, 'GT') == 1 then return 1 end
   ttl = math.max(ttl, redis.call('PTTL', KEYS[1]))
 else
   local last = redis.call('HGET', KEYS[1], ':ext') or '0'
