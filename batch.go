@@ -52,6 +52,18 @@ type notSentError struct{ ctxErr error }
 func (e notSentError) Error() string { return e.ctxErr.Error() }
 func (e notSentError) Unwrap() error { return e.ctxErr }
 
+// inFlightError is the context's error for a call that was sent but whose
+// caller stopped waiting for it: it may still reach Redis. done is closed
+// once it has its outcome, so that a caller undoing what it may have done
+// (a waiter leaving the queue) does so after it, not before.
+type inFlightError struct {
+	ctxErr error
+	done   <-chan struct{}
+}
+
+func (e inFlightError) Error() string { return e.ctxErr.Error() }
+func (e inFlightError) Unwrap() error { return e.ctxErr }
+
 // notSent is the reply of a call dropped before it was sent.
 func notSent(ctx context.Context) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
@@ -110,7 +122,7 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	default:
 	}
 	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(ctx.Err())
+	cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: c.done})
 	return cmd
 }
 

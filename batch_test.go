@@ -1,9 +1,12 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,5 +236,154 @@ func TestBatchedUnlockHonoursItsContext(t *testing.T) {
 		t.Error("Unlock still waits for its batched release 5 s after its context ended")
 		proxy.Thaw()
 		<-unlocked
+	}
+}
+
+// firstKey is the KEYS[1] of an EVALSHA command, as a string.
+func firstKey(cmd redis.Cmder) (sha, key string) {
+	a := cmd.Args()
+	if len(a) < 4 || a[0] != "evalsha" {
+		return "", ""
+	}
+	str := func(v any) string {
+		switch s := v.(type) {
+		case string:
+			return s
+		case *string:
+			return *s
+		}
+		return ""
+	}
+	return str(a[1]), str(a[3])
+}
+
+// batchRace holds, while armed, the acquires of the blocker keys (sent at
+// once, they fill the batcher's two slots) until slots opens, and the
+// pipeline carrying the victim's acquire (queued behind them) until
+// proceed opens. It tells when the victim's release has run.
+type batchRace struct {
+	testutil.PassHook
+	blocker, victim string // lock names
+	slots, proceed  chan struct{}
+	held            atomic.Int32  // blocker acquires being held
+	piped           chan struct{} // closed when the victim's pipeline is held
+	pipedOnce       sync.Once
+	released        chan struct{} // closed when a release of the victim ran
+	releasedOnce    sync.Once
+}
+
+func (h *batchRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sha, key := firstKey(cmd)
+		if sha == acquireEval.sha && strings.HasPrefix(key, h.blocker) {
+			h.held.Add(1)
+			<-h.slots
+		}
+		err := next(ctx, cmd)
+		if sha == releaseEval.sha && key == h.victim {
+			h.releasedOnce.Do(func() { close(h.released) })
+		}
+		return err
+	}
+}
+
+func (h *batchRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if sha, key := firstKey(cmd); sha == acquireEval.sha && key == h.victim {
+				h.pipedOnce.Do(func() { close(h.piped) })
+				<-h.proceed
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// parkedInAbandon reports whether a goroutine waits in a select of
+// attempt.abandon itself (not in the release it sends).
+func parkedInAbandon() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+		lines := strings.SplitN(string(g), "\n", 3)
+		if len(lines) > 1 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], "dlock.(*attempt).abandon(") {
+			return true
+		}
+	}
+	return false
+}
+
+// A waiter's check that waited in the batcher's queue and was then sent
+// may still reach Redis after its caller's context ended. The waiter then
+// leaves the queue (abandon); that release must not overtake the check,
+// or the check, run after it, queues or grants the lock to a waiter that
+// is gone: here the free lock is taken for a full lease, by nobody.
+func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { probe.Close() })
+	c0 := newClientOn(t, probe)
+	h := &batchRace{
+		blocker: c0.keys("blocker").lock, victim: c0.keys("victim").lock,
+		slots: make(chan struct{}), proceed: make(chan struct{}),
+		piped: make(chan struct{}), released: make(chan struct{}),
+	}
+	h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
+	c, _ := hookedClient(t, srv.Addr(), h)
+	var openSlots, openPipe sync.Once
+	t.Cleanup(func() {
+		openSlots.Do(func() { close(h.slots) })
+		openPipe.Do(func() { close(h.proceed) })
+	})
+
+	// Two acquires fill the batcher's slots; the waiter's first check
+	// queues behind them.
+	var wg sync.WaitGroup
+	for _, key := range []string{"blocker1", "blocker2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := c.TryLock(ctx, key); err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(wctx, "victim")
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
+	openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
+	<-h.piped
+
+	cancel() // the waiter gives up while its check is on its way
+	// Let the check through once the waiter's release has run (it went
+	// first), or once the waiter waits for the check's outcome before it.
+	waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
+		select {
+		case <-h.released:
+			return true
+		default:
+			return parkedInAbandon()
+		}
+	})
+	openPipe.Do(func() { close(h.proceed) })
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
+	}
+	wg.Wait()
+	if n := probe.Exists(ctx, c0.keys("victim").lock).Val(); n != 0 {
+		t.Errorf("the lock was taken by a waiter that had given up (lease left %v)", probe.PTTL(ctx, c0.keys("victim").lock).Val())
+	}
+	if n := probe.ZCard(ctx, c0.keys("victim").queue).Val(); n != 0 {
+		t.Errorf("%d queue entries left by a waiter that had given up", n)
 	}
 }

@@ -410,3 +410,132 @@ func TestRestartLossKnownAtNextRenewal(t *testing.T) {
 		t.Errorf("holder told %v after the restart, want within d/3 (%v, limit %v)", late, ttl/3, limit)
 	}
 }
+
+// A waiter whose check finds the lock's name taken by a value of another
+// type (a string written over it while it waited) fails with ErrWrongType.
+// Like every failed acquisition it must leave no queue entry behind: once
+// the foreign value is gone, that entry would be handed the lock, held
+// by nobody, until the hand-over lease runs out.
+func TestWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
+	// A long queue TTL: an entry left behind stays live for the test; the
+	// waiter's short lease makes it check every 100 ms all the same.
+	c, rdb, _ := newTestClient(t, WithQueueTTL(time.Hour))
+	ctx := context.Background()
+	k := c.keys("foreign")
+	l := mustLock(t, c, "foreign")
+	got := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, "foreign", WithTTL(300*time.Millisecond))
+		if w != nil {
+			_ = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "foreign") == 1 })
+	// Other code writes a string at the lock's name.
+	if err := rdb.Set(ctx, k.lock, "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrWrongType) {
+			t.Fatalf("Lock = %v, want ErrWrongType", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not give up on the wrong-type key")
+	}
+	if n := queued(t, rdb, c, "foreign"); n != 0 {
+		t.Errorf("%d entries left in the queue by the failed Lock", n)
+	}
+	// The foreign value goes away: the lock is free, nobody waits for it.
+	rdb.Del(ctx, k.lock)
+	_ = l.Unlock(ctx) // its lock is gone: ErrNotHeld
+	other := newClientOn(t, rdb)
+	o, err := other.TryLock(ctx, "foreign")
+	if err != nil {
+		t.Fatalf("TryLock of a free lock nobody waits for = %v", err)
+	}
+	_ = o.Unlock(ctx)
+}
+
+// A queued waiter keeps its place while Redis is out of reach (a
+// failover), but WithRetry still bounds the wait: checks that fail count
+// against the strategy like the others, or a Lock that asked to give up
+// after about 2 s would wait as long as its queue entry lives (a minute
+// here) before returning the connection error.
+func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
+	srv := redistest.Start(t)
+	holder := newClientOn(t, srv.Client(t))
+	p, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	waiter := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	l := mustLock(t, holder, "bound")
+	defer l.Unlock(ctx)
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	type result struct {
+		err    error
+		waited time.Duration
+	}
+	got := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		w, err := waiter.Lock(wctx, "bound", WithRetry(FixedRetry(time.Second, 2)))
+		if w != nil {
+			_ = w.Unlock(ctx)
+		}
+		got <- result{err, time.Since(start)}
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, srv.Client(t), holder, "bound") == 1 })
+	p.Close() // Redis is out of the waiter's reach from now on: every check fails
+
+	r := <-got
+	if r.err == nil || errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with FixedRetry(1s, 2) while Redis is out of reach = %v after %v, want it to give up after about 2s", r.err, r.waited)
+	}
+	if r.waited > 6*time.Second {
+		t.Errorf("Lock with FixedRetry(1s, 2) gave up after %v", r.waited)
+	}
+}
+
+// A queued waiter keeps its place while the master is out of reach, not
+// when its own go-redis client was closed (an application shutting down
+// in the wrong order): no check can ever succeed again, and Lock must say
+// so at once rather than fail every check until the queue entry runs out
+// (a minute here).
+func TestWaiterStopsWhenItsRedisClientIsClosed(t *testing.T) {
+	holder, _, srv := newTestClient(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	c := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	l := mustLock(t, holder, "closed")
+	defer l.Unlock(ctx)
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		// A short lease: the waiter checks every 100 ms, subscribed or not.
+		w, err := c.Lock(wctx, "closed", WithTTL(300*time.Millisecond))
+		if w != nil {
+			_ = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, srv.Client(t), holder, "closed") == 1 })
+	start := time.Now()
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-got
+	if !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("Lock after its Redis client was closed = %v after %v, want redis.ErrClosed at once", err, time.Since(start))
+	}
+}

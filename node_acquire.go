@@ -36,6 +36,10 @@ type attempt struct {
 	// The script arguments, passed by pointer (no allocation per call).
 	ttlMS, queueMS, grantMS int64
 	args                    [7]any
+
+	// inflight is closed once the last check, given up on while it was
+	// on its way in a batch, has reached Redis (or failed): nil if none.
+	inflight <-chan struct{}
 }
 
 func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration) (backend.Grant, error) {
@@ -83,6 +87,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			notHeldAt = start
 		}
 		res, ack, err := a.n.tryAcquire(ctx, a.keys, args)
+		if fl := (inFlightError{}); errors.As(err, &fl) {
+			a.inflight = fl.done
+		}
 		if err != nil && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
@@ -96,6 +103,17 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// too. Check again then, or when the subscription is back.
 			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "error", err)
 			delay = min(delay, max(time.Until(queuedUntil), 0))
+			if retry.Retry != nil {
+				// WithRetry bounds the wait through failed checks too:
+				// once the strategy gives up, the check's error is the
+				// answer, as when the queue entry runs out.
+				due, ok := retry.Next(start)
+				if !ok {
+					a.abandon(ctx)
+					return backend.Grant{}, redisError("lock", a.r.Key, err)
+				}
+				delay = min(delay, max(time.Until(due), 0))
+			}
 			goto wait
 		}
 		switch res[0] {
@@ -195,6 +213,14 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 func (a *attempt) abandon(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	if a.inflight != nil {
+		// The last check may still reach Redis: leave after it, or it
+		// would queue us, or take the lock, once we are gone.
+		select {
+		case <-a.inflight:
+		case <-rctx.Done():
+		}
+	}
 	var err error
 	if a.n.ack != nil {
 		c := &call{s: releaseScript, keys: a.keys.all(), args: []any{a.r.Token, 1}}
@@ -211,9 +237,10 @@ func (a *attempt) abandon(ctx context.Context) {
 // keepPlace reports whether a queued waiter whose check failed with err
 // keeps waiting: the master did not answer (a failover: the connection
 // refused or dropped, a demoted master), and ctx has not ended. Other
-// replies (WRONGTYPE, a script error) end the wait.
+// replies (WRONGTYPE, a script error) end the wait, and so does a closed
+// go-redis client: no check can succeed again.
 func keepPlace(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	var re redis.Error

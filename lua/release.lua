@@ -4,7 +4,14 @@
 -- lock and hands it to the next waiter. A token that does not hold the
 -- lock only leaves the queue (a waiter giving up).
 -- Returns the holds left (0 when released), or -1 when not held.
-local count = redis.call('HGET', KEYS[1], ARGV[1])
+-- A lock key of another type (a value written over it by other code) is
+-- an error, but a waiter giving up still leaves the queue: its entry would
+-- be handed the lock once that value is gone.
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then
+  dequeue(ARGV[1])
+  return count
+end
 if not count then
   dequeue(ARGV[1])
   return -1
