@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 func TestMutualExclusionGoroutines(t *testing.T) {
@@ -537,5 +538,83 @@ func TestWaiterStopsWhenItsRedisClientIsClosed(t *testing.T) {
 	err := <-got
 	if !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("Lock after its Redis client was closed = %v after %v, want redis.ErrClosed at once", err, time.Since(start))
+	}
+}
+
+// busySeen reports, once, the first BUSY reply a client's calls met.
+type busySeen struct {
+	testutil.PassHook
+	once sync.Once
+	seen chan struct{}
+}
+
+func (h *busySeen) note(err error) {
+	if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+		h.once.Do(func() { close(h.seen) })
+	}
+}
+
+func (h *busySeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.note(err)
+		return err
+	}
+}
+
+func (h *busySeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.note(cmd.Err())
+		}
+		return err
+	}
+}
+
+// A script running long elsewhere makes Redis answer BUSY for a while: a
+// queued waiter keeps its place through it, as through a failover, rather
+// than give up (and fail to leave the queue, which answers BUSY too).
+func TestWaiterKeepsPlaceThroughBusyScript(t *testing.T) {
+	holder, rdb, srv := newTestClient(t)
+	busy := &busySeen{seen: make(chan struct{})}
+	waiter, _ := hookedClient(t, srv.Addr(), busy, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	l := mustLock(t, holder, "busy")
+
+	got := make(chan error, 1)
+	go func() {
+		// A short lease: the waiter checks every 100 ms.
+		w, err := waiter.Lock(ctx, "busy", WithTTL(300*time.Millisecond))
+		if w != nil {
+			_ = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "busy") == 1 })
+	if err := rdb.ConfigSet(ctx, "busy-reply-threshold", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	looper := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer looper.Close()
+	looping := make(chan error, 1)
+	go func() { looping <- looper.Eval(ctx, "while true do end", nil).Err() }()
+	testutil.Receive(t, busy.seen, 10*time.Second, "a check of the waiter answered BUSY")
+	killer := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer killer.Close()
+	if err := killer.ScriptKill(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-looping
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter gave up on a BUSY reply: %v", err)
+	default:
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Receive(t, got, 10*time.Second, "the waiter to get the lock"); err != nil {
+		t.Fatalf("Lock after the busy script ended = %v", err)
 	}
 }

@@ -236,7 +236,8 @@ func (a *attempt) abandon(ctx context.Context) {
 
 // keepPlace reports whether a queued waiter whose check failed with err
 // keeps waiting: the master did not answer (a failover: the connection
-// refused or dropped, a demoted master), and ctx has not ended. Other
+// refused or dropped, a demoted master; or a script running long elsewhere,
+// BUSY), and ctx has not ended. Other
 // replies (WRONGTYPE, a script error) end the wait, and so does a closed
 // go-redis client: no check can succeed again.
 func keepPlace(ctx context.Context, err error) bool {
@@ -247,7 +248,7 @@ func keepPlace(ctx context.Context, err error) bool {
 	if !errors.As(err, &re) {
 		return true
 	}
-	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN"} {
+	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN", "BUSY "} {
 		if strings.HasPrefix(err.Error(), p) {
 			return true
 		}
