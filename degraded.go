@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,7 +15,8 @@ import (
 )
 
 // DegradedMode says what a Client does when Redis cannot be reached while
-// it takes a lock.
+// it takes a lock, or answers that it cannot serve it for now (LOADING,
+// READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY).
 type DegradedMode uint8
 
 const (
@@ -117,14 +117,7 @@ func unreachable(ctx context.Context, err error) bool {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		// Answers of a server that cannot serve the lock now.
-		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
-			if strings.HasPrefix(msg, p) {
-				return true
-			}
-		}
-		return false
+		return serverCannotServe(err)
 	}
 	var ne net.Error
 	return errors.As(err, &ne) ||

@@ -254,6 +254,24 @@ func TestFailedUnlockKeepsTheLocalLock(t *testing.T) {
 	})
 }
 
+// A Redis that answers BUSY (a script running long elsewhere) cannot serve
+// the lock for now: in the degraded mode, Lock falls back to the
+// in-process lock, as when Redis cannot be reached.
+func TestDegradedModeWhenRedisIsBusy(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClientOn(t, failFastClient(t, srv), WithDegradedMode(LocalFallback))
+	mustLock(t, c, "warm").Unlock(context.Background()) // connected
+	stop := busyScript(t, srv.Addr())
+	l, err := c.Lock(context.Background(), "job")
+	if err != nil || !l.Degraded() {
+		t.Fatalf("Lock with Redis busy = %v, %v; want a degraded lock", l, err)
+	}
+	stop()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Re-entering a degraded lock with an ended context fails, as it does for
 // a lock from Redis, and leaves the hold count as it was.
 func TestDegradedReenterWithEndedContext(t *testing.T) {

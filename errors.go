@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Errors returned by dlock. Match them with errors.Is: returned errors wrap
@@ -46,4 +48,21 @@ func redisError(op, key string, err error) error {
 		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrWrongType, err)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, key, err)
+}
+
+// serverCannotServe reports whether err is the answer of a Redis server
+// that cannot serve the lock for now, though it may soon: loading its
+// data, a replica or a master cut off from its replicas, a cluster missing
+// the slot or moving it, a script running long elsewhere.
+func serverCannotServe(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY "} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
 }

@@ -572,6 +572,38 @@ func (h *busySeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
+// busyScript runs a script that loops until stop kills it, with Redis set
+// to answer BUSY once a script has run for 50 ms. It returns once Redis
+// answers BUSY.
+func busyScript(t *testing.T, addr string) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.ConfigSet(ctx, "busy-reply-threshold", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	looper := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { looper.Close() })
+	looping := make(chan error, 1)
+	go func() { looping <- looper.Eval(ctx, "while true do end", nil).Err() }()
+	waitUntil(t, 10*time.Second, "Redis to answer BUSY", func() bool {
+		err := admin.Ping(ctx).Err()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			if err := admin.ScriptKill(ctx).Err(); err != nil {
+				t.Error(err)
+			}
+			<-looping
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // A script running long elsewhere makes Redis answer BUSY for a while: a
 // queued waiter keeps its place through it, as through a failover, rather
 // than give up (and fail to leave the queue, which answers BUSY too).
@@ -592,20 +624,9 @@ func TestWaiterKeepsPlaceThroughBusyScript(t *testing.T) {
 		got <- err
 	}()
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "busy") == 1 })
-	if err := rdb.ConfigSet(ctx, "busy-reply-threshold", "50").Err(); err != nil {
-		t.Fatal(err)
-	}
-	looper := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	defer looper.Close()
-	looping := make(chan error, 1)
-	go func() { looping <- looper.Eval(ctx, "while true do end", nil).Err() }()
+	stop := busyScript(t, srv.Addr())
 	testutil.Receive(t, busy.seen, 10*time.Second, "a check of the waiter answered BUSY")
-	killer := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	defer killer.Close()
-	if err := killer.ScriptKill(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	<-looping
+	stop()
 	select {
 	case err := <-got:
 		t.Fatalf("the waiter gave up on a BUSY reply: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -236,22 +235,14 @@ func (a *attempt) abandon(ctx context.Context) {
 
 // keepPlace reports whether a queued waiter whose check failed with err
 // keeps waiting: the master did not answer (a failover: the connection
-// refused or dropped, a demoted master; or a script running long elsewhere,
-// BUSY), and ctx has not ended. Other
-// replies (WRONGTYPE, a script error) end the wait, and so does a closed
-// go-redis client: no check can succeed again.
+// refused or dropped), or answered that it cannot serve the lock for now
+// (a demoted master, a script running long elsewhere), and ctx has not
+// ended. Other replies (WRONGTYPE, a script error) end the wait, and so
+// does a closed go-redis client: no check can succeed again.
 func keepPlace(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	var re redis.Error
-	if !errors.As(err, &re) {
-		return true
-	}
-	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN", "BUSY "} {
-		if strings.HasPrefix(err.Error(), p) {
-			return true
-		}
-	}
-	return false
+	return !errors.As(err, &re) || serverCannotServe(err)
 }
