@@ -86,8 +86,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			notHeldAt = start
 		}
 		res, ack, err := a.n.tryAcquire(ctx, a.keys, args)
-		if fl := (inFlightError{}); errors.As(err, &fl) {
-			a.inflight = fl.done
+		if err != nil { // errors.As's target escapes: not on every check
+			if fl := (inFlightError{}); errors.As(err, &fl) {
+				a.inflight = fl.done
+			}
 		}
 		if err != nil && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
 			// The script may have run even if its reply was lost: make sure
