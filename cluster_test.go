@@ -1065,3 +1065,51 @@ func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	cancel()
 	<-gotB
 }
+
+// A Client whose ClusterClient sent nothing since its lock's master was
+// failed over (a holder between renewals) still has the dead master in its
+// slot map. Its Unlock must reach the promoted replica, not fail with the
+// dead master's dial error and leave the lock held, and its waiter
+// waiting, for the rest of the lease. With replica acknowledgement too,
+// whose calls go to the masters' own clients.
+func TestClusterUnlockRightAfterFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain", nil},
+		// The promoted master has no replica: the release is reported
+		// short of acknowledgements, which never fails it.
+		{"replica ack", []Option{WithReplicaAck(1, 200*time.Millisecond, AcceptAndReport)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			cl := redistest.StartCluster(t, 3)
+			replica := cl.AddReplica(t, 0)
+			dead := cl.Nodes[0].Addr()
+			cc := cl.Client(t)
+			c := newClientOn(t, cc, tc.opts...)
+			key := "unlock-failover:0"
+			for i := 1; masterOf(t, cc, c, key) != dead; i++ {
+				key = fmt.Sprintf("unlock-failover:%d", i)
+			}
+			l := mustLock(t, c, key, WithTTL(time.Minute))
+			rc := replica.Client(t)
+			waitUntil(t, 10*time.Second, "the grant on the replica", func() bool {
+				return rc.Do(ctx, "READONLY").Err() == nil && rc.Exists(ctx, c.keys(key).lock).Val() == 1
+			})
+			cl.Nodes[0].Kill(t)
+			waitUntil(t, 30*time.Second, "the replica to be promoted", func() bool {
+				role, err := rc.Do(ctx, "ROLE").Slice()
+				return err == nil && len(role) > 0 && role[0] == "master" &&
+					strings.Contains(rc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+			})
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock after the failover: %v", err)
+			}
+			if n := rc.Exists(ctx, c.keys(key).lock).Val(); n != 0 {
+				t.Fatalf("the lock is still held on the promoted master after Unlock")
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -102,6 +103,31 @@ func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) bool
 	}
 	cc.ReloadState(ctx)
 	return true
+}
+
+// failedOver reports, after err, a failure to dial the master of key (a
+// *string or a string), whether a reloaded slot map names another master
+// for it now. It reloads the map before it returns.
+func failedOver(ctx context.Context, rdb redis.UniversalClient, key any, err error) bool {
+	cc, ok := rdb.(*redis.ClusterClient)
+	var op *net.OpError
+	if !ok || !errors.As(err, &op) || op.Op != "dial" || op.Addr == nil {
+		return false
+	}
+	name, ok := key.(string)
+	if p, isPtr := key.(*string); isPtr {
+		name, ok = *p, true
+	}
+	if !ok {
+		return false
+	}
+	// ForEachMaster reloads the slot map before it returns (ReloadState
+	// only starts a reload).
+	if cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) != nil {
+		return false
+	}
+	m, mErr := cc.MasterForKey(ctx, name)
+	return mErr == nil && m.Options().Addr != op.Addr.String()
 }
 
 // renew sends the renewals in one pipeline; each command has its outcome.

@@ -402,6 +402,12 @@ func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 		masters := make(map[string]*redis.Client)
 		for _, c := range todo {
 			err := c.cmd.Err()
+			if c.to == nil && failedOver(ctx, cc, c.keys[0], err) {
+				// The master we knew is dead and another has its slot
+				// (failedOver reloaded the slot map): ask that one.
+				again = append(again, c)
+				continue
+			}
 			if !isRedirect(err) {
 				continue
 			}
