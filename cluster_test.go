@@ -1066,6 +1066,65 @@ func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	<-gotB
 }
 
+// While a lock's slot is being migrated, its five-name scripts get
+// TRYAGAIN (the channel name never exists as a key). A queued waiter keeps
+// its place through that, as through a failover, and gets the lock when it
+// is released after the migration settled.
+func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	wc := cl.Client(t)
+	tryAgain := newReplySeen("TRYAGAIN")
+	wc.AddHook(tryAgain)
+	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
+	const key = "resharded"
+	l := mustLock(t, holder, key)
+	// A short lease: the waiter checks every 100 ms.
+	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+
+	src := masterOf(t, cc, holder, key)
+	var dst string
+	for _, a := range cl.Addrs() {
+		if a != src {
+			dst = a
+			break
+		}
+	}
+	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
+	s, d := redis.NewClient(&redis.Options{Addr: src}), redis.NewClient(&redis.Options{Addr: dst})
+	defer s.Close()
+	defer d.Close()
+	id := func(c *redis.Client) string { return c.Do(ctx, "CLUSTER", "MYID").Val().(string) }
+	for _, cmd := range []*redis.Cmd{
+		d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(s)),
+		s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(d)),
+	} {
+		if err := cmd.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Receive(t, tryAgain.seen, 10*time.Second, "a check of the waiter answered TRYAGAIN")
+	for _, c := range []*redis.Client{s, d} {
+		if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.Receive(t, got, 10*time.Second, "the waiter to get the lock")
+	if r.err != nil {
+		t.Fatalf("Lock of a waiter queued through TRYAGAIN = %v", r.err)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A Client whose ClusterClient sent nothing since its lock's master was
 // failed over (a holder between renewals) still has the dead master in its
 // slot map. Its Unlock must reach the promoted replica, not fail with the

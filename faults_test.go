@@ -541,20 +541,26 @@ func TestWaiterStopsWhenItsRedisClientIsClosed(t *testing.T) {
 	}
 }
 
-// busySeen reports, once, the first BUSY reply a client's calls met.
-type busySeen struct {
+// replySeen closes seen at the first error reply starting with prefix
+// that a client's calls met.
+type replySeen struct {
 	testutil.PassHook
-	once sync.Once
-	seen chan struct{}
+	prefix string
+	once   sync.Once
+	seen   chan struct{}
 }
 
-func (h *busySeen) note(err error) {
-	if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+func newReplySeen(prefix string) *replySeen {
+	return &replySeen{prefix: prefix, seen: make(chan struct{})}
+}
+
+func (h *replySeen) note(err error) {
+	if err != nil && strings.HasPrefix(err.Error(), h.prefix) {
 		h.once.Do(func() { close(h.seen) })
 	}
 }
 
-func (h *busySeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *replySeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		h.note(err)
@@ -562,7 +568,7 @@ func (h *busySeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *busySeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *replySeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
@@ -609,7 +615,7 @@ func busyScript(t *testing.T, addr string) (stop func()) {
 // than give up (and fail to leave the queue, which answers BUSY too).
 func TestWaiterKeepsPlaceThroughBusyScript(t *testing.T) {
 	holder, rdb, srv := newTestClient(t)
-	busy := &busySeen{seen: make(chan struct{})}
+	busy := newReplySeen("BUSY ")
 	waiter, _ := hookedClient(t, srv.Addr(), busy, WithQueueTTL(time.Minute))
 	ctx := context.Background()
 	l := mustLock(t, holder, "busy")
