@@ -245,16 +245,7 @@ func firstKey(cmd redis.Cmder) (sha, key string) {
 	if len(a) < 4 || a[0] != "evalsha" {
 		return "", ""
 	}
-	str := func(v any) string {
-		switch s := v.(type) {
-		case string:
-			return s
-		case *string:
-			return *s
-		}
-		return ""
-	}
-	return str(a[1]), str(a[3])
+	return argString(a[1]), argString(a[3])
 }
 
 // batchRace holds, while armed, the acquires of the blocker keys (sent at
@@ -352,14 +343,7 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Lock(wctx, "victim")
-		if l != nil {
-			_ = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(wctx, c, "victim")
 	waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
 	openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
 	<-h.piped

@@ -424,14 +424,7 @@ func TestWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
 	ctx := context.Background()
 	k := c.keys("foreign")
 	l := mustLock(t, c, "foreign")
-	got := make(chan error, 1)
-	go func() {
-		w, err := c.Lock(ctx, "foreign", WithTTL(300*time.Millisecond))
-		if w != nil {
-			_ = w.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, c, "foreign", WithTTL(300*time.Millisecond))
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "foreign") == 1 })
 	// Other code writes a string at the lock's name.
 	if err := rdb.Set(ctx, k.lock, "not a lock", 0).Err(); err != nil {
@@ -521,15 +514,8 @@ func TestWaiterStopsWhenItsRedisClientIsClosed(t *testing.T) {
 
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		// A short lease: the waiter checks every 100 ms, subscribed or not.
-		w, err := c.Lock(wctx, "closed", WithTTL(300*time.Millisecond))
-		if w != nil {
-			_ = w.Unlock(ctx)
-		}
-		got <- err
-	}()
+	// A short lease: the waiter checks every 100 ms, subscribed or not.
+	got := lockThenUnlock(wctx, c, "closed", WithTTL(300*time.Millisecond))
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, srv.Client(t), holder, "closed") == 1 })
 	start := time.Now()
 	if err := rdb.Close(); err != nil {
@@ -620,15 +606,8 @@ func TestWaiterKeepsPlaceThroughBusyScript(t *testing.T) {
 	ctx := context.Background()
 	l := mustLock(t, holder, "busy")
 
-	got := make(chan error, 1)
-	go func() {
-		// A short lease: the waiter checks every 100 ms.
-		w, err := waiter.Lock(ctx, "busy", WithTTL(300*time.Millisecond))
-		if w != nil {
-			_ = w.Unlock(ctx)
-		}
-		got <- err
-	}()
+	// A short lease: the waiter checks every 100 ms.
+	got := lockThenUnlock(ctx, waiter, "busy", WithTTL(300*time.Millisecond))
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "busy") == 1 })
 	stop := busyScript(t, srv.Addr())
 	testutil.Receive(t, busy.seen, 10*time.Second, "a check of the waiter answered BUSY")

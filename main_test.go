@@ -252,3 +252,17 @@ func hookedClient(t *testing.T, addr string, h redis.Hook, opts ...Option) (*Cli
 	rdb.AddHook(h)
 	return newClientOn(t, rdb, opts...), rdb
 }
+
+// lockThenUnlock calls Lock in a goroutine and, if it got the lock, Unlock
+// at once; the channel gives Lock's error.
+func lockThenUnlock(ctx context.Context, c *Client, key string, opts ...LockOption) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, key, opts...)
+		if l != nil {
+			_ = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}
