@@ -154,23 +154,18 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 	defer cancel()
 	call := time.Now()
 	switch k := r.IntN(10); {
-	case k < 5:
-		tr.Count(&tr.ops, "lock")
-		var l *dlock.Lock
-		var err error
-		tr.timed("Lock", limit, func() { l, err = c.Lock(ctx, key, opts...) })
-		tr.checkErr("lock", err)
-		if err == nil {
-			tr.holdLock(id, c, r, l, "lock", call)
-		}
 	case k < 7:
-		tr.Count(&tr.ops, "trylock")
+		via, name, take := "lock", "Lock", c.Lock
+		if k >= 5 {
+			via, name, take = "trylock", "TryLock", c.TryLock
+		}
+		tr.Count(&tr.ops, via)
 		var l *dlock.Lock
 		var err error
-		tr.timed("TryLock", limit, func() { l, err = c.TryLock(ctx, key, opts...) })
-		tr.checkErr("trylock", err)
+		tr.timed(name, limit, func() { l, err = take(ctx, key, opts...) })
+		tr.checkErr(via, err)
 		if err == nil {
-			tr.holdLock(id, c, r, l, "trylock", call)
+			tr.holdLock(id, c, r, l, via, call)
 		}
 	default:
 		tr.Count(&tr.ops, "do")
