@@ -310,64 +310,74 @@ func parkedInAbandon() bool {
 // or the check, run after it, queues or grants the lock to a waiter that
 // is gone: here the free lock is taken for a full lease, by nobody.
 func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { probe.Close() })
-	c0 := newClientOn(t, probe)
-	h := &batchRace{
-		blocker: c0.keys("blocker").lock, victim: c0.keys("victim").lock,
-		slots: make(chan struct{}), proceed: make(chan struct{}),
-		piped: make(chan struct{}), released: make(chan struct{}),
-	}
-	h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
-	c, _ := hookedClient(t, srv.Addr(), h)
-	var openSlots, openPipe sync.Once
-	t.Cleanup(func() {
-		openSlots.Do(func() { close(h.slots) })
-		openPipe.Do(func() { close(h.proceed) })
-	})
-
-	// Two acquires fill the batcher's slots; the waiter's first check
-	// queues behind them.
-	var wg sync.WaitGroup
-	for _, key := range []string{"blocker1", "blocker2"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l, err := c.TryLock(ctx, key); err == nil {
-				_ = l.Unlock(ctx)
+	// slow: the check reaches Redis only after releaseTimeout (a Redis
+	// stalled that long). Waiting for it must not use up the time the
+	// waiter's own release is given, or no release follows it at all.
+	for _, slow := range []bool{false, true} {
+		t.Run(map[bool]string{false: "check held back", true: "check slower than releaseTimeout"}[slow], func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { probe.Close() })
+			c0 := newClientOn(t, probe)
+			h := &batchRace{
+				blocker: c0.keys("blocker").lock, victim: c0.keys("victim").lock,
+				slots: make(chan struct{}), proceed: make(chan struct{}),
+				piped: make(chan struct{}), released: make(chan struct{}),
 			}
-		}()
-	}
-	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := lockThenUnlock(wctx, c, "victim")
-	waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
-	openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
-	<-h.piped
+			h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
+			c, _ := hookedClient(t, srv.Addr(), h)
+			var openSlots, openPipe sync.Once
+			t.Cleanup(func() {
+				openSlots.Do(func() { close(h.slots) })
+				openPipe.Do(func() { close(h.proceed) })
+			})
 
-	cancel() // the waiter gives up while its check is on its way
-	// Let the check through once the waiter's release has run (it went
-	// first), or once the waiter waits for the check's outcome before it.
-	waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
-		select {
-		case <-h.released:
-			return true
-		default:
-			return parkedInAbandon()
-		}
-	})
-	openPipe.Do(func() { close(h.proceed) })
-	if err := <-got; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
-	}
-	wg.Wait()
-	if n := probe.Exists(ctx, c0.keys("victim").lock).Val(); n != 0 {
-		t.Errorf("the lock was taken by a waiter that had given up (lease left %v)", probe.PTTL(ctx, c0.keys("victim").lock).Val())
-	}
-	if n := probe.ZCard(ctx, c0.keys("victim").queue).Val(); n != 0 {
-		t.Errorf("%d queue entries left by a waiter that had given up", n)
+			// Two acquires fill the batcher's slots; the waiter's first check
+			// queues behind them.
+			var wg sync.WaitGroup
+			for _, key := range []string{"blocker1", "blocker2"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if l, err := c.TryLock(ctx, key); err == nil {
+						_ = l.Unlock(ctx)
+					}
+				}()
+			}
+			waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			got := lockThenUnlock(wctx, c, "victim")
+			waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
+			openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
+			<-h.piped
+
+			cancel() // the waiter gives up while its check is on its way
+			// Let the check through once the waiter's release has run (it went
+			// first), or once the waiter waits for the check's outcome before it.
+			waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
+				select {
+				case <-h.released:
+					return true
+				default:
+					return parkedInAbandon()
+				}
+			})
+			if slow {
+				time.Sleep(releaseTimeout + 500*time.Millisecond) // time is the subject
+			}
+			openPipe.Do(func() { close(h.proceed) })
+			if err := <-got; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
+			}
+			wg.Wait()
+			if n := probe.Exists(ctx, c0.keys("victim").lock).Val(); n != 0 {
+				t.Errorf("the lock was taken by a waiter that had given up (lease left %v)", probe.PTTL(ctx, c0.keys("victim").lock).Val())
+			}
+			if n := probe.ZCard(ctx, c0.keys("victim").queue).Val(); n != 0 {
+				t.Errorf("%d queue entries left by a waiter that had given up", n)
+			}
+		})
 	}
 }

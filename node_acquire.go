@@ -212,16 +212,19 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 // out releaseTimeout without being sent, and the lock would have stayed
 // held for its whole lease.
 func (a *attempt) abandon(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
 	if a.inflight != nil {
 		// The last check may still reach Redis: leave after it, or it
-		// would queue us, or take the lock, once we are gone.
+		// would queue us, or take the lock, once we are gone. Its batch
+		// ends within batchTimeout; the release then has its own time.
+		wait := time.NewTimer(batchTimeout)
 		select {
 		case <-a.inflight:
-		case <-rctx.Done():
+		case <-wait.C:
 		}
+		wait.Stop()
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	var err error
 	if a.n.ack != nil {
 		c := &call{s: releaseScript, keys: a.keys.all(), args: []any{a.r.Token, 1}}
