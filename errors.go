@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Errors returned by dlock. Match them with errors.Is: returned errors wrap
@@ -44,7 +46,7 @@ var (
 // redisError wraps an error from Redis for key, adding ErrWrongType when
 // Redis reports that a lock key holds another kind of value.
 func redisError(op, key string, err error) error {
-	if strings.Contains(err.Error(), "WRONGTYPE") {
+	if backend.WrongType(err) {
 		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrWrongType, err)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, key, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -146,7 +145,7 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 // no token holds the lock there.
 func outcome(n int64, err error) backend.Outcome {
 	switch {
-	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") && errors.As(err, new(redis.Error)):
+	case backend.WrongType(err):
 		return backend.NotHeld
 	case err != nil:
 		return backend.Unknown

@@ -555,3 +555,48 @@ func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
 		t.Errorf("the foreign value was changed to %q", got)
 	}
 }
+
+// redis6Error is a script error as Redis before 7.0 replies it: the error
+// of the command the script called comes after an ERR prefix.
+type redis6Error string
+
+func (e redis6Error) Error() string { return string(e) }
+func (redis6Error) RedisError()     {}
+
+// before7Errors rewrites the script errors of the renewals into the form
+// of Redis before 7.0.
+type before7Errors struct{ testutil.PassHook }
+
+func (before7Errors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "WRONGTYPE") {
+				cmd.SetErr(redis6Error("ERR Error running script (call to f_" + extendScript.Hash() + "): @user_script:12: " + e.Error()))
+			}
+		}
+		return err
+	}
+}
+
+// On Redis before 7.0 the WRONGTYPE of a script's call is not at the start
+// of the reply: a renewal finding the key of another type is a loss there
+// too, not a renewal without answer until the lease runs out.
+func TestRenewalFindingWrongTypeKeyIsLossBefore7(t *testing.T) {
+	srv := redistest.Start(t)
+	c, rdb := hookedClient(t, srv.Addr(), before7Errors{})
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	l := mustLock(t, c, "wrong-type", WithTTL(ttl))
+	if err := rdb.Set(ctx, leaseKeys(l.h.lease).lock, "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock was not declared lost")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "ran out") {
+		t.Errorf("cause = %v, want a loss found by the renewal", cause)
+	}
+}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // reply is one node's answer to a request sent by fanout.
@@ -130,7 +130,7 @@ func nodeErrors[T any](b *redlock, rs []reply[T]) ([]error, int) {
 // nodeError wraps node i's error, adding dlock.ErrWrongType when the node
 // reports that a lock key holds another kind of value.
 func (b *redlock) nodeError(i int, err error) *NodeError {
-	if strings.Contains(err.Error(), "WRONGTYPE") {
+	if backend.WrongType(err) {
 		err = fmt.Errorf("%w: %w", dlock.ErrWrongType, err)
 	}
 	return &NodeError{Node: i, Addr: b.nodes[i].addr, Err: err}
