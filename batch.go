@@ -33,7 +33,8 @@ type batchCall struct {
 }
 
 // batchTimeout bounds one pipelined round trip of queued calls; each
-// caller still honours its own context while its call is queued.
+// caller still honours its own context, while its call is queued and once
+// it is sent (the call then fails with an inFlightError).
 const batchTimeout = 10 * time.Second
 
 func newBatcher(rdb redis.UniversalClient) *batcher {

@@ -190,7 +190,10 @@ func TestBatchSlotFreedByPanic(t *testing.T) {
 // Redis that does not answer returns when its caller's context ends, as one
 // sent at once does (ContextTimeoutEnabled): not when the batch's own
 // timeout (10 s) runs out. Its outcome is unknown, so Unlock gives the lock
-// up, as after any failed release.
+// up, as after any failed release. The contexts leave seconds between the
+// steps, not a few hundred ms: on a loaded machine the release must still
+// be queued behind the two in flight, and still be waited for once sent
+// (not dropped unsent, which would pass without testing anything).
 func TestBatchedUnlockHonoursItsContext(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy, err := tcpproxy.New(srv.Addr())
@@ -207,27 +210,31 @@ func TestBatchedUnlockHonoursItsContext(t *testing.T) {
 
 	proxy.Freeze()
 	defer proxy.Thaw()
+	const slotsHeld = 2 * time.Second
 	for _, s := range []*Lock{a, b} {
 		go func() {
-			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			sctx, cancel := context.WithTimeout(ctx, slotsHeld)
 			defer cancel()
 			_ = s.Unlock(sctx)
 		}()
 	}
 	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
-	uctx, cancel := context.WithTimeout(ctx, time.Second)
+	uctx, cancel := context.WithTimeout(ctx, 2*slotsHeld)
 	defer cancel()
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- l.Unlock(uctx) }()
-	waitUntil(t, 5*time.Second, "the release to queue", func() bool { _, q := inflight(c); return q == 1 })
-	// The two releases in flight give up at 300 ms; the freed slot sends
-	// the queued one, into the frozen connection.
+	waitUntil(t, slotsHeld, "the release to queue", func() bool { _, q := inflight(c); return q == 1 })
+	// The two releases in flight give up at slotsHeld; the freed slot
+	// sends the queued one, into the frozen connection.
 	waitUntil(t, 5*time.Second, "the queued release to be sent", func() bool { _, q := inflight(c); return q == 0 })
 	<-uctx.Done()
 	select {
 	case err := <-unlocked:
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Unlock with its context over = %v, want DeadlineExceeded", err)
+		}
+		if !errors.As(err, new(inFlightError)) {
+			t.Errorf("Unlock = %v, want the error of a release sent, not dropped", err)
 		}
 		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
 			t.Errorf("after a release of unknown outcome the lock's Context = %v, want ErrLockLost (given up)", cause)

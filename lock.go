@@ -115,7 +115,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns how long Redis will keep the lock if it is not renewed. It
 // is 0 if someone removed the lock key's expiry behind the Client's back
-// (PERSIST); the next renewal sets one again.
+// (PERSIST); the next renewal, if the lock is renewed, sets one again.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
@@ -138,9 +138,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // returns an error wrapping ErrNotHeld if the lock was not held any more
 // (and ErrLockLost too if it had been lost). If the outermost release
 // fails (a network error, after which Redis may or may not have run it,
-// or ctx done before it was sent), the lock is given up: its Context ends
-// (ErrLockLost, Observer reason LostReleaseFailed) and it is renewed no
-// more, so Redis frees it at once or when its lease runs out. Calling
+// or ctx done before it was sent or before its reply came), the lock is
+// given up: its Context ends (ErrLockLost, Observer reason
+// LostReleaseFailed) and it is renewed no more, so Redis frees it at once
+// or when its lease runs out. Calling
 // Unlock again after an error is safe: it never releases more than this
 // Lock's own hold.
 //

@@ -127,8 +127,10 @@ func WithMaxHold(d time.Duration) LockOption {
 
 // WithRetry bounds how Lock waits: it re-checks the lock at the delays the
 // strategy gives (or earlier, when the lock is handed over) and gives up
-// with ErrNotObtained when the strategy says stop. Without it Lock waits
-// until its context ends. TryLock ignores it.
+// with ErrNotObtained when the strategy says stop; if the last check
+// failed (Redis out of reach while queued), with that check's error
+// instead. Without it Lock waits until its context ends. TryLock ignores
+// it.
 func WithRetry(s RetryStrategy) LockOption {
 	return func(c *lockConfig) { c.retry = s }
 }

@@ -117,10 +117,12 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   -- queue TTLs: never shorten their life. Both always get the same expiry
   -- here, so the queue's tells. From Redis 7.0 (whose scripts see
   -- REDIS_VERSION_NUM), PEXPIRE ... GT lengthens the queue's expiry in the
-  -- command that asks: one command fewer than PTTL + PEXPIRE whenever the
-  -- queue already has an expiry. GT counts a key without an expiry (a queue
-  -- just created) as expiring never, so a 0 is followed by NX, which sets
-  -- the expiry of a queue that has none and leaves a longer one alone.
+  -- command that asks: one command fewer than PTTL + PEXPIRE when it
+  -- lengthens it (the common case: later waiters, same queue TTL), one
+  -- more when the queue already expires as late or later (a shorter queue
+  -- TTL, or the same millisecond). GT counts a key without an expiry (a
+  -- queue just created) as expiring never, so a 0 is followed by NX, which
+  -- sets the expiry of a queue that has none and leaves a longer one alone.
   -- Before 7.0, or if GT is refused, the expiry is read first.
   local set
   if redis.REDIS_VERSION_NUM then set = redis.pcall('PEXPIRE', KEYS[3], ttl, 'GT') end

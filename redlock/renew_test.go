@@ -80,6 +80,16 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// Extend returns at a majority: the last node's may still be on its
+	// way. The late renewals must come after it, on every node.
+	waitUntil(t, 5*time.Second, "the Extend on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if rdb.PTTL(ctx, lockKey("late-renewal")).Val() < 30*time.Second {
+				return false
+			}
+		}
+		return true
+	})
 	for i, rdb := range cl.rdbs {
 		h := hooks[i]
 		h.mu.Lock()
