@@ -131,6 +131,9 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 	answered := false
 	for i, c := range cmds {
 		v, cerr := c.Int64()
+		if backend.WrongType(cerr) {
+			v, cerr = 0, nil // the key holds another kind of value: not held there
+		}
 		if cerr != nil {
 			vals[i] = -1
 			continue

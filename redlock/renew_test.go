@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -372,5 +373,36 @@ func TestDuplicateAcquireDoesNotShortenExtend(t *testing.T) {
 			t.Errorf("another client took the lock (nodes %v) while its holder trusts Extend(30s)", cl.holders(t, "dup", o.Token()))
 		}
 		_ = o.Unlock(ctx)
+	}
+}
+
+// A renewal that finds the lock's key replaced by a value of another type
+// on a majority of nodes has its answer: the lock is lost, at that
+// renewal, not when its lease runs out after renewals "without answer".
+func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	const ttl = 3 * time.Second // renewed every 1 s
+	l := mustLock(t, c, "wrong-type", dlock.WithTTL(ttl))
+	waitUntil(t, 5*time.Second, "the lock on all 3 nodes", func() bool {
+		return len(cl.holders(t, "wrong-type", l.Token())) == 3
+	})
+	for _, rdb := range cl.rdbs[:2] {
+		if err := rdb.Set(ctx, lockKey("wrong-type"), "not a lock", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock was not declared lost")
+	}
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+	if strings.Contains(cause.Error(), "ran out") {
+		t.Errorf("renewals found the key holding another value on a majority, yet the lock was lost only at its deadline: %v", cause)
 	}
 }
