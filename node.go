@@ -104,6 +104,12 @@ func reloadSlots(ctx context.Context, rdb redis.UniversalClient, err error) bool
 	return true
 }
 
+// reloadSlotMap reloads cc's slot map and returns once it has
+// (ReloadState only starts a reload): ForEachMaster reloads it first.
+func reloadSlotMap(ctx context.Context, cc *redis.ClusterClient) error {
+	return cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+}
+
 // failedOver reports, after err, a failure to dial the master of key (a
 // *string or a string), whether a reloaded slot map names another master
 // for it now. It reloads the map before it returns.
@@ -120,9 +126,7 @@ func failedOver(ctx context.Context, rdb redis.UniversalClient, key any, err err
 	if !ok {
 		return false
 	}
-	// ForEachMaster reloads the slot map before it returns (ReloadState
-	// only starts a reload).
-	if cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) != nil {
+	if reloadSlotMap(ctx, cc) != nil {
 		return false
 	}
 	m, mErr := cc.MasterForKey(ctx, name)

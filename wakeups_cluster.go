@@ -50,7 +50,9 @@ func (w *wakeups) rebind(sh *shard) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	cc.ReloadState(ctx)
+	// Before the lock: no other channel waits for the reload. Waited for,
+	// so that the new subscription goes to the new master at once.
+	_ = reloadSlotMap(ctx, cc)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.shards[sh.name] != sh {
