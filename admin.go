@@ -20,7 +20,7 @@ import (
 type LockInfo struct {
 	Key        string        `json:"key"`         // the lock's name, as given to Inspect
 	Held       bool          `json:"held"`        // a token holds it now
-	TTL        time.Duration `json:"ttl_ns"`      // remaining lease; 0 if free
+	TTL        time.Duration `json:"ttl_ns"`      // remaining lease; 0 if free or without expiry
 	Fence      uint64        `json:"fence"`       // the holder's fence, or the last one issued if free
 	Owner      string        `json:"owner"`       // the holder's token
 	HoldCount  int           `json:"hold_count"`  // reentrant holds

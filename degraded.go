@@ -39,10 +39,12 @@ func (m DegradedMode) String() string {
 var ErrDegraded = errors.New("dlock: degraded lock: held in this process only, Redis was unreachable")
 
 // WithDegradedMode sets what the Client does when Redis cannot be reached
-// (connection refused or reset, timeouts, a server still loading or without
-// a master): FailFast (the default) returns the error; LocalFallback hands
-// out a degraded Lock, taken on an in-process lock of this Client only, and
-// logs a warning.
+// (connection refused or reset, timeouts) or answers that it cannot serve
+// the lock for now (see DegradedMode: a server still loading, read-only or
+// without a master, a cluster down or moving the slot, a script running
+// long elsewhere): FailFast (the default) returns the error; LocalFallback
+// hands out a degraded Lock, taken on an in-process lock of this Client
+// only, and logs a warning.
 //
 // LocalFallback is unsafe across processes: while Redis is down, every
 // process believes it holds the lock, and one that still reaches Redis may

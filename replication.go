@@ -35,8 +35,8 @@ import (
 // ErrNotReplicated means that fewer replicas than WithReplicaAck asks for
 // acknowledged a lock's grant or extension within its timeout. With
 // FailClosed, Lock and TryLock return it after releasing the lock again,
-// and Extend returns it (the lease is then trusted only as far as the last
-// acknowledged one).
+// and Extend returns it (the lease is then trusted no further than the
+// last acknowledged one, nor than the one asked for).
 var ErrNotReplicated = errors.New("dlock: lock write not acknowledged by enough replicas")
 
 // ReplicaPolicy says what a Client does with a lock write that fewer

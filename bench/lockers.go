@@ -282,8 +282,10 @@ type RoundTrips struct{ n atomic.Int64 }
 // Load returns the count so far.
 func (r *RoundTrips) Load() int64 { return r.n.Load() }
 
+// DialHook leaves dialling alone.
 func (r *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook counts one request per command.
 func (r *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		r.n.Add(1)
@@ -291,6 +293,7 @@ func (r *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook counts one request per pipeline.
 func (r *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		r.n.Add(1)

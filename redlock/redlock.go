@@ -61,9 +61,10 @@
 // default).
 //
 // Keys: for a lock K and the default prefix, each node has the hash
-// dlock:{K} (owner token -> hold count, plus fence, metadata and grant
-// time), the counter dlock:{K}:fence and the channel dlock:{K}:wake. Do not
-// point a single-node dlock Client with the same prefix at a Redlock node.
+// dlock:{K} (owner token -> hold count, plus fence, metadata, grant time
+// and the number of the last Extend), the counter dlock:{K}:fence and the
+// channel dlock:{K}:wake. Do not point a single-node dlock Client with the
+// same prefix at a Redlock node.
 package redlock
 
 import (

@@ -13,13 +13,14 @@
 // Every command connects with --redis URL (or $DLOCK_REDIS_URL), or
 // --sentinel-master NAME --sentinel ADDR,... for Sentinel, or
 // --cluster ADDR,... for Redis Cluster. It is built on the public API of
-// github.com/dlock-go/dlock only, and runs on Unix-like systems (it manages
-// process groups and signals).
+// github.com/dlock-go/dlock only. run, demo and bench need a Unix-like
+// system (they manage process groups and signals); elsewhere (Windows) it
+// builds with inspect, list and release.
 //
 // Exit status: 0 on success; `run` exits with its command's status (128+N
-// if a signal N killed it); 64 for usage errors (bad flag, duration, URL,
-// --prefix, KEY or --meta, missing --, whether or not Redis can be
-// reached); 69 when Redis cannot be reached or fails; 75 when `run` did not
+// if a signal N killed it; 126 if it cannot be run, 127 if not found); 64
+// for usage errors (bad flag, duration, URL, --prefix, KEY or --meta,
+// missing --, whether or not Redis can be reached); 69 when Redis cannot be reached or fails; 75 when `run` did not
 // get the lock (--no-wait, --wait); 79 when `run` lost the lock while its
 // command ran; 128+N when signal N interrupted a wait for the lock, `demo`
 // or `bench`; 1 for anything else (for example `release --force` of a lock

@@ -59,8 +59,8 @@ given) supplies only the credentials, database (Sentinel only), TLS, the
 dial, read and write timeouts, pool_size and max_retries; the sentinels' own
 password comes from $DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
 
-Exit status: 0 on success; run exits with its command's status; 64 usage
-error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
+Exit status: 0 on success; run exits with its command's status (126 if it
+cannot be run, 127 if not found); 64 usage error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
 or --wait); 79 lock lost while the command ran; 1 anything else.`,
 		Version:           version(),
 		SilenceErrors:     true,
