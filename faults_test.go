@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -452,12 +453,11 @@ func TestWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
 	_ = o.Unlock(ctx)
 }
 
-// A queued waiter keeps its place while Redis is out of reach (a
-// failover), but WithRetry still bounds the wait: checks that fail count
-// against the strategy like the others, or a Lock that asked to give up
-// after about 2 s would wait as long as its queue entry lives (a minute
-// here) before returning the connection error.
-func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
+// waitThroughOutage queues a waiter (with the queue TTL and Lock options
+// given) behind a held lock, then puts Redis out of its reach for good, and
+// returns after how long its Lock returned (10 s at most), and what.
+func waitThroughOutage(t *testing.T, queueTTL time.Duration, opts ...LockOption) (time.Duration, error) {
+	t.Helper()
 	srv := redistest.Start(t)
 	holder := newClientOn(t, srv.Client(t))
 	p, err := tcpproxy.New(srv.Addr())
@@ -467,35 +467,44 @@ func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	waiter := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	waiter := newClientOn(t, rdb, WithQueueTTL(queueTTL))
 	ctx := context.Background()
-	l := mustLock(t, holder, "bound")
+	l := mustLock(t, holder, "outage")
 	defer l.Unlock(ctx)
 
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	type result struct {
-		err    error
-		waited time.Duration
-	}
-	got := make(chan result, 1)
-	go func() {
-		start := time.Now()
-		w, err := waiter.Lock(wctx, "bound", WithRetry(FixedRetry(time.Second, 2)))
-		if w != nil {
-			_ = w.Unlock(ctx)
-		}
-		got <- result{err, time.Since(start)}
-	}()
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, srv.Client(t), holder, "bound") == 1 })
+	start := time.Now()
+	got := lockThenUnlock(wctx, waiter, "outage", opts...)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, srv.Client(t), holder, "outage") == 1 })
 	p.Close() // Redis is out of the waiter's reach from now on: every check fails
+	err = <-got
+	return time.Since(start), err
+}
 
-	r := <-got
-	if r.err == nil || errors.Is(r.err, context.DeadlineExceeded) {
-		t.Fatalf("Lock with FixedRetry(1s, 2) while Redis is out of reach = %v after %v, want it to give up after about 2s", r.err, r.waited)
+// A queued waiter keeps its place while Redis is out of reach (a
+// failover), but WithRetry still bounds the wait: checks that fail count
+// against the strategy like the others, or a Lock that asked to give up
+// after about 2 s would wait as long as its queue entry lives (a minute
+// here) before returning the connection error.
+func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
+	waited, err := waitThroughOutage(t, time.Minute, WithRetry(FixedRetry(time.Second, 2)))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with FixedRetry(1s, 2) while Redis is out of reach = %v after %v, want it to give up after about 2s", err, waited)
 	}
-	if r.waited > 6*time.Second {
-		t.Errorf("Lock with FixedRetry(1s, 2) gave up after %v", r.waited)
+	if waited > 6*time.Second {
+		t.Errorf("Lock with FixedRetry(1s, 2) gave up after %v", waited)
+	}
+}
+
+// Without WithRetry, a waiter keeps its place while Redis is out of reach
+// only while its queue entry lives: then Lock returns the connection error
+// (the entry is gone, so is the place), not only when ctx ends.
+func TestQueuedWaiterGivesUpWhenItsEntryRunsOut(t *testing.T) {
+	waited, err := waitThroughOutage(t, 600*time.Millisecond)
+	var op *net.OpError
+	if !errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock while Redis is out of reach past the queue TTL = %v after %v, want the connection error", err, waited)
 	}
 }
 
