@@ -241,6 +241,12 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)
 		if l.c.dog.remove(l.h) { // not declared lost yet: report it
 			l.c.dog.lose(l.h, cause)
+		} else if wasLive && l.level == 1 && errors.Is(context.Cause(l.h.ctx), ErrReleased) {
+			// A renewal (or TTL, Extend, an inner Unlock) met the key gone
+			// while this release was on its way, and took that for this
+			// release: the hold ended as released, unreported. This
+			// release found it gone too: it was lost, as Unlock says.
+			l.c.dog.lose(l.h, cause)
 		}
 		l.h.cancel(cause)
 		l.cancel(ErrReleased)

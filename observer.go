@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -216,19 +217,35 @@ func Observers(obs ...Observer) Observer {
 
 type multiObserver []Observer
 
+// AcquireStart and ReleaseStart end the calls of the Observers that started
+// if a later one panics (the call then ends with that panic, unreported):
+// else their in-flight gauges and spans would never end.
 func (m multiObserver) AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context {
+	started := 0
+	defer func() {
+		if started < len(m) {
+			m[:started].AcquireEnd(ctx, AcquireEndEvent{Key: e.Key, Wait: e.Wait, Outcome: AcquireError,
+				Err: fmt.Errorf("dlock: lock %q: %w", e.Key, errAcquirePanicked)})
+		}
+	}()
 	for _, o := range m {
 		if c := o.AcquireStart(ctx, e); c != nil {
 			ctx = c
 		}
+		started++
 	}
 	return ctx
 }
 
+// AcquireEnd and ReleaseEnd call every Observer even if one panics (a panic
+// in AcquireEnd is allowed: it releases the lock), then the panic goes on:
+// the others' in-flight gauges and spans must still end.
 func (m multiObserver) AcquireEnd(ctx context.Context, e AcquireEndEvent) {
-	for _, o := range m {
-		o.AcquireEnd(ctx, e)
+	if len(m) == 0 {
+		return
 	}
+	defer m[1:].AcquireEnd(ctx, e) // runs if m[0] panics too
+	m[0].AcquireEnd(ctx, e)
 }
 
 func (m multiObserver) Reenter(ctx context.Context, e ReenterEvent) {
@@ -238,18 +255,28 @@ func (m multiObserver) Reenter(ctx context.Context, e ReenterEvent) {
 }
 
 func (m multiObserver) ReleaseStart(ctx context.Context, e ReleaseStartEvent) context.Context {
+	started := 0
+	defer func() {
+		if started < len(m) {
+			m[:started].ReleaseEnd(ctx, ReleaseEndEvent{Key: e.Key, Level: e.Level, Outcome: ReleaseError,
+				Err: fmt.Errorf("dlock: unlock %q: %w", e.Key, errReleasePanicked)})
+		}
+	}()
 	for _, o := range m {
 		if c := o.ReleaseStart(ctx, e); c != nil {
 			ctx = c
 		}
+		started++
 	}
 	return ctx
 }
 
 func (m multiObserver) ReleaseEnd(ctx context.Context, e ReleaseEndEvent) {
-	for _, o := range m {
-		o.ReleaseEnd(ctx, e)
+	if len(m) == 0 {
+		return
 	}
+	defer m[1:].ReleaseEnd(ctx, e) // runs if m[0] panics too
+	m[0].ReleaseEnd(ctx, e)
 }
 
 func (m multiObserver) Renew(e RenewEvent) {

@@ -623,3 +623,145 @@ func TestObserverHearsTheEndOfAPanickedUnlock(t *testing.T) {
 		t.Errorf("end of a panicked Unlock: %+v", e)
 	}
 }
+
+// panicOnReleaseEnd panics in ReleaseEnd once armed.
+type panicOnReleaseEnd struct {
+	NopObserver
+	armed atomic.Bool
+}
+
+func (o *panicOnReleaseEnd) ReleaseEnd(context.Context, ReleaseEndEvent) {
+	if o.armed.CompareAndSwap(true, false) {
+		panic("observer bug")
+	}
+}
+
+// panicOnStarts panics in the next AcquireStart, or ReleaseStart, once
+// armed.
+type panicOnStarts struct {
+	NopObserver
+	acquire, release atomic.Bool
+}
+
+func (o *panicOnStarts) AcquireStart(ctx context.Context, _ AcquireStartEvent) context.Context {
+	if o.acquire.CompareAndSwap(true, false) {
+		panic("observer bug")
+	}
+	return ctx
+}
+
+func (o *panicOnStarts) ReleaseStart(ctx context.Context, _ ReleaseStartEvent) context.Context {
+	if o.release.CompareAndSwap(true, false) {
+		panic("observer bug")
+	}
+	return ctx
+}
+
+// Observers(a, b): a panic in b's AcquireStart or ReleaseStart ends the
+// call, unreported; a, which was told it started, must hear of its end.
+func TestObserversPanicAtStartEndsTheOthers(t *testing.T) {
+	rec, p := &recorder{}, &panicOnStarts{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(rec, p)))
+	ctx := context.Background()
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("%s did not panic", what)
+			}
+		}()
+		f()
+	}
+	p.acquire.Store(true)
+	mustPanic("AcquireStart", func() { _, _ = c.Lock(ctx, "k") })
+	l := mustLock(t, c, "k")
+	p.release.Store(true)
+	mustPanic("ReleaseStart", func() { _ = l.Unlock(ctx) })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != len(rec.starts) {
+		t.Errorf("the first observer saw %d acquisitions start, %d end", len(rec.starts), len(rec.acquires))
+	}
+	if len(rec.releases) != len(rec.rstarts) {
+		t.Errorf("the first observer saw %d releases start, %d end", len(rec.rstarts), len(rec.releases))
+	}
+}
+
+// Observers(a, b): a panic in a's AcquireEnd (documented: it releases the
+// lock it reports) or ReleaseEnd must not rob b of its End calls, or b's
+// in-flight gauge stays up for good and its spans never end.
+func TestObserversPanicStillEndsTheOthers(t *testing.T) {
+	grant, release, rec := &panicOnGrant{}, &panicOnReleaseEnd{}, &recorder{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(grant, release, rec)))
+	ctx := context.Background()
+	grant.armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("AcquireEnd did not panic")
+			}
+		}()
+		_, _ = c.Lock(ctx, "k")
+	}()
+	l := mustLock(t, c, "k")
+	release.armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("ReleaseEnd did not panic")
+			}
+		}()
+		_ = l.Unlock(ctx)
+	}()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != len(rec.starts) {
+		t.Errorf("the last observer saw %d acquisitions start, %d end", len(rec.starts), len(rec.acquires))
+	}
+	if len(rec.releases) != len(rec.rstarts) {
+		t.Errorf("the last observer saw %d releases start, %d end", len(rec.rstarts), len(rec.releases))
+	}
+}
+
+// A lock force-released while held, whose Unlock is on its way when a
+// renewal meets the key gone: the renewal takes it for that Unlock's
+// release (the hold ends as released), but the release then finds the
+// lock gone too, so it was lost, and Unlock says so (ErrLockLost). The
+// Observer must hear of that loss, as when no renewal comes in between
+// (TestUnlockFindingLossReportsIt).
+func TestUnlockFindingLossDuringRenewalReportsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	ctx := context.Background()
+	admin := srv.Client(t)
+	var armed atomic.Bool
+	var l *Lock
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error {
+		if !armed.CompareAndSwap(true, false) {
+			return nil
+		}
+		// An operator removes the lock; the release waits until the next
+		// renewal has met the key gone.
+		admin.Del(ctx, l.c.keys("k").lock)
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Error("no renewal ended the hold")
+		}
+		return nil
+	}}}, WithObserver(rec))
+	// Renewed every second, trusted for about 3 s: the renewal comes first.
+	l = mustLock(t, c, "k", WithTTL(3*time.Second))
+	armed.Store(true)
+	err := l.Unlock(ctx)
+	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Unlock = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+	waitRenewalsSettled(t)
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+		t.Errorf("Observer heard %d losses, want 1: Unlock said the lock was lost", n)
+	}
+}
