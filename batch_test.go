@@ -163,14 +163,7 @@ func TestBatchSlotFreedByPanic(t *testing.T) {
 	n.Store(2)
 	c, _ := hookedClient(t, srv.Addr(), panicOnAcquire{n: n})
 	for i := range 2 {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Fatalf("TryLock #%d did not panic", i+1)
-				}
-			}()
-			_, _ = c.TryLock(context.Background(), "k")
-		}()
+		mustPanic(t, fmt.Sprintf("TryLock #%d", i+1), func() { _, _ = c.TryLock(context.Background(), "k") })
 	}
 	if running, queued := inflight(c); running != 0 || queued != 0 {
 		t.Errorf("after the panics: %d calls running, %d queued; want none", running, queued)

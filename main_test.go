@@ -266,3 +266,14 @@ func lockThenUnlock(ctx context.Context, c *Client, key string, opts ...LockOpti
 	}()
 	return got
 }
+
+// mustPanic fails the test unless f panics; what names the call.
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Fatalf("%s did not panic", what)
+		}
+	}()
+	f()
+}

@@ -500,14 +500,7 @@ func TestObserverPanicDoesNotKeepTheLock(t *testing.T) {
 	o := &panicOnGrant{}
 	c, _, _ := newTestClient(t, WithObserver(o))
 	o.armed.Store(true)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("AcquireEnd did not panic")
-			}
-		}()
-		_, _ = c.Lock(context.Background(), "k")
-	}()
+	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(context.Background(), "k") })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, err := c.TryLock(ctx, "k")
@@ -530,14 +523,7 @@ func TestObserverPanicAtReleaseStartKeepsTheHold(t *testing.T) {
 	c, rdb, _ := newTestClient(t, WithObserver(panicOnReleaseStart{}))
 	ctx := context.Background()
 	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("ReleaseStart did not panic")
-			}
-		}()
-		_ = l.Unlock(ctx)
-	}()
+	mustPanic(t, "ReleaseStart", func() { _ = l.Unlock(ctx) })
 	rdb.Del(ctx, c.keys("k").lock) // an operator removed it
 	<-l.Done()
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
@@ -602,14 +588,7 @@ func TestObserverHearsTheEndOfAPanickedUnlock(t *testing.T) {
 	ctx := context.Background()
 	l := mustLock(t, c, "k")
 	armed.Store(true)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Unlock did not panic")
-			}
-		}()
-		_ = l.Unlock(ctx)
-	}()
+	mustPanic(t, "Unlock", func() { _ = l.Unlock(ctx) })
 	// As after a release that failed: given up, not renewed until Close.
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
 		t.Errorf("the lock's Context after a panicked Unlock: %v, want ErrLockLost", cause)
@@ -657,37 +636,35 @@ func (o *panicOnStarts) ReleaseStart(ctx context.Context, _ ReleaseStartEvent) c
 	return ctx
 }
 
+// checkEnded reports acquisitions and releases that r heard start and not
+// end; who names r in the message.
+func (r *recorder) checkEnded(t *testing.T, who string) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.acquires) != len(r.starts) {
+		t.Errorf("%s saw %d acquisitions start, %d end", who, len(r.starts), len(r.acquires))
+	}
+	if len(r.releases) != len(r.rstarts) {
+		t.Errorf("%s saw %d releases start, %d end", who, len(r.rstarts), len(r.releases))
+	}
+}
+
 // Observers(a, b): a panic in b's AcquireStart or ReleaseStart ends the
 // call, unreported; a, which was told it started, must hear of its end.
 func TestObserversPanicAtStartEndsTheOthers(t *testing.T) {
 	rec, p := &recorder{}, &panicOnStarts{}
 	c, _, _ := newTestClient(t, WithObserver(Observers(rec, p)))
 	ctx := context.Background()
-	mustPanic := func(what string, f func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Fatalf("%s did not panic", what)
-			}
-		}()
-		f()
-	}
 	p.acquire.Store(true)
-	mustPanic("AcquireStart", func() { _, _ = c.Lock(ctx, "k") })
+	mustPanic(t, "AcquireStart", func() { _, _ = c.Lock(ctx, "k") })
 	l := mustLock(t, c, "k")
 	p.release.Store(true)
-	mustPanic("ReleaseStart", func() { _ = l.Unlock(ctx) })
+	mustPanic(t, "ReleaseStart", func() { _ = l.Unlock(ctx) })
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.acquires) != len(rec.starts) {
-		t.Errorf("the first observer saw %d acquisitions start, %d end", len(rec.starts), len(rec.acquires))
-	}
-	if len(rec.releases) != len(rec.rstarts) {
-		t.Errorf("the first observer saw %d releases start, %d end", len(rec.rstarts), len(rec.releases))
-	}
+	rec.checkEnded(t, "the first observer")
 }
 
 // Observers(a, b): a panic in a's AcquireEnd (documented: it releases the
@@ -698,32 +675,11 @@ func TestObserversPanicStillEndsTheOthers(t *testing.T) {
 	c, _, _ := newTestClient(t, WithObserver(Observers(grant, release, rec)))
 	ctx := context.Background()
 	grant.armed.Store(true)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("AcquireEnd did not panic")
-			}
-		}()
-		_, _ = c.Lock(ctx, "k")
-	}()
+	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(ctx, "k") })
 	l := mustLock(t, c, "k")
 	release.armed.Store(true)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("ReleaseEnd did not panic")
-			}
-		}()
-		_ = l.Unlock(ctx)
-	}()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.acquires) != len(rec.starts) {
-		t.Errorf("the last observer saw %d acquisitions start, %d end", len(rec.starts), len(rec.acquires))
-	}
-	if len(rec.releases) != len(rec.rstarts) {
-		t.Errorf("the last observer saw %d releases start, %d end", len(rec.rstarts), len(rec.releases))
-	}
+	mustPanic(t, "ReleaseEnd", func() { _ = l.Unlock(ctx) })
+	rec.checkEnded(t, "the last observer")
 }
 
 // A lock force-released while held, whose Unlock is on its way when a
