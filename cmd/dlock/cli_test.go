@@ -63,3 +63,43 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completion of ins: %q", r.stdout)
 	}
 }
+
+// TestNodeAddressWithoutPort: a --cluster or --sentinel address is
+// host:port (go-redis has no default port for them). One without a port
+// is a usage error before connecting, with a line that names it, not "Redis
+// unreachable" (exit 69) after a dial error or, for Sentinel, "context
+// deadline exceeded" once the ping timeout has passed.
+func TestNodeAddressWithoutPort(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster", "localhost", "list"}, `--cluster "localhost": an address must be host:port`},
+		{[]string{"--cluster", shared.Addr() + ",", "inspect", "k"}, `--cluster "": an address must be host:port`},
+		{[]string{"--sentinel-master", "m", "--sentinel", "localhost", "list"}, `--sentinel "localhost": an address must be host:port`},
+		{[]string{"--sentinel-master", "m", "--sentinel", "localhost:notaport", "run", "k", "--", "true"}, `--sentinel "localhost:notaport": an address must be host:port`},
+	} {
+		r := dlockRun(t, nil, tc.args...)
+		if got := lines(r.stderr); r.code != exitUsage || len(got) != 1 || !strings.Contains(got[0], tc.want) {
+			t.Errorf("dlock %s: exit status %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), r.code, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+// TestHelpNamesInterruptedStatus: an interrupted wait exits 128+N (README,
+// the package doc), and so does a COMMAND killed by signal N: the help of
+// dlock and of dlock run, which list the exit statuses, must say so rather
+// than leave it under "1 anything else".
+func TestHelpNamesInterruptedStatus(t *testing.T) {
+	t.Parallel()
+	root := dlockRun(t, nil, "--help").want(t, 0)
+	run := dlockRun(t, nil, "run", "--help").want(t, 0)
+	for _, h := range []struct{ name, text string }{{"dlock --help", root.stdout}, {"dlock run --help", run.stdout}} {
+		_, status, _ := strings.Cut(h.text, "Exit status:")
+		status = strings.Join(strings.Fields(status), " ")
+		if !strings.Contains(status, "128+N if signal N interrupted") && !strings.Contains(status, "128+N when signal N interrupted") {
+			t.Errorf("%s: its exit statuses do not name 128+N for an interrupted wait:\n%s", h.name, status)
+		}
+	}
+}

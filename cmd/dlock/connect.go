@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +81,12 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 	if f.sentinelMaster != "" && len(f.cluster) > 0 {
 		return usagef("use either --sentinel or --cluster, not both")
 	}
+	if err := checkAddrs("--sentinel", f.sentinels); err != nil {
+		return err
+	}
+	if err := checkAddrs("--cluster", f.cluster); err != nil {
+		return err
+	}
 	if raw := f.rawURL(); raw != "" {
 		o, err := redis.ParseURL(raw)
 		if err != nil {
@@ -94,6 +102,23 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 		}
 		if len(f.cluster) > 0 && o.DB != 0 {
 			return usagef("invalid Redis URL %s: database %d: Redis Cluster has database 0 only", redactURL(raw), o.DB)
+		}
+	}
+	return nil
+}
+
+// checkAddrs refuses a --sentinel or --cluster address that is not
+// host:port: go-redis has no default port for them, and would report a
+// dial error (or, for Sentinel, only a timeout), or dial localhost:6379 for
+// an empty one ("--cluster a:7000,").
+func checkAddrs(flag string, addrs []string) error {
+	for _, addr := range addrs {
+		_, port, err := net.SplitHostPort(addr)
+		if err == nil {
+			_, err = strconv.ParseUint(port, 10, 16)
+		}
+		if err != nil {
+			return usagef("%s %q: an address must be host:port", flag, addr)
 		}
 	}
 	return nil

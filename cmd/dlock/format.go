@@ -42,8 +42,11 @@ func keyText(key string) string {
 }
 
 // holderText describes a lock's holder in one phrase:
-// `pid 4242 on web-1 (dlock run: "backup.sh")`.
+// `pid 4242 on web-1 (dlock run: "backup.sh")`. The host and client name,
+// free text from whichever program took the lock, are shown as keyText
+// shows a lock's name, so that they cannot forge a line or break a column.
 func holderText(h dlock.Holder) string {
+	h.Host, h.Client = textOrEmpty(h.Host), textOrEmpty(h.Client)
 	var b strings.Builder
 	switch {
 	case h.PID != 0 && h.Host != "":
@@ -66,6 +69,14 @@ func holderText(h dlock.Holder) string {
 		fmt.Fprintf(&b, " (%s)", strings.Join(extra, ": "))
 	}
 	return b.String()
+}
+
+// textOrEmpty is keyText of s, or "" for "".
+func textOrEmpty(s string) string {
+	if s == "" {
+		return ""
+	}
+	return keyText(s)
 }
 
 // ago describes an instant relative to now: "3.20s ago".

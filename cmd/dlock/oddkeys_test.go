@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // TestOddKeysInHumanOutput: a lock name with a newline or a byte 0xff
@@ -60,5 +63,51 @@ func TestOddKeysInHumanOutput(t *testing.T) {
 	}
 	if len(states) != 1 || states[0] != "state     held" {
 		t.Errorf("inspect of a held lock shows states %q:\n%s", states, r.stdout)
+	}
+}
+
+// TestOddHolderInHumanOutput: the holder's client name is free text from
+// whatever program took the lock (dlock.WithClientName), as a lock's name
+// is. A newline in it must not forge a line of inspect's output, nor a tab
+// or an escape sequence break list --long's
+// columns: it is shown quoted, as an odd lock name is.
+func TestOddHolderInHumanOutput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	for i, name := range []string{"job\nstate     free", "a\tb\x1b[2Jc"} {
+		c, err := dlock.New(srv.Client(t), dlock.WithClientName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		key := "odd-holder-" + string(rune('a'+i))
+		if _, err := c.Lock(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		r := dlockRun(t, nil, "--redis", url, "inspect", key).want(t, 0)
+		var states, holders []string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(line, "state") {
+				states = append(states, line)
+			}
+			if strings.HasPrefix(line, "holder") {
+				holders = append(holders, line)
+			}
+		}
+		if len(states) != 1 || states[0] != "state     held" || len(holders) != 1 || strings.ContainsAny(holders[0], "\t\x1b") {
+			t.Errorf("inspect of a lock held by client %q:\n%s", name, r.stdout)
+		}
+	}
+	r := dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
+	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(got) != 3 {
+		t.Fatalf("list --long: %d lines for 2 locks:\n%s", len(got), r.stdout)
+	}
+	col := strings.Index(got[0], "HOLDER")
+	for _, line := range got[1:] {
+		if !strings.HasPrefix(line[col:], "pid ") || strings.ContainsAny(line, "\t\x1b") {
+			t.Errorf("list --long: a row out of its columns (HOLDER at %d):\n%s", col, r.stdout)
+		}
 	}
 }

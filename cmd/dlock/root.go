@@ -59,9 +59,11 @@ given) supplies only the credentials, database (Sentinel only), TLS, the
 dial, read and write timeouts, pool_size and max_retries; the sentinels' own
 password comes from $DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
 
-Exit status: 0 on success; run exits with its command's status (126 if it
-cannot be run, 127 if not found); 64 usage error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
-or --wait); 79 lock lost while the command ran; 1 anything else.`,
+Exit status: 0 on success; run exits with its command's status (128+N if
+signal N killed it, 126 if it cannot be run, 127 if not found); 64 usage
+error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
+or --wait); 79 lock lost while the command ran; 128+N when signal N
+interrupted a wait for the lock, demo or bench; 1 anything else.`,
 		Version:           version(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,

@@ -70,8 +70,8 @@ those of a lost lock, to COMMAND and the processes it started (on Linux;
 elsewhere to COMMAND alone).
 
 Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
-79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 64 usage; 69
-Redis unreachable.`,
+79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 128+N if signal
+N interrupted the wait for the lock; 64 usage; 69 Redis unreachable.`,
 		Example: `  dlock run nightly-report -- ./report.sh --date today
   dlock run --no-wait --ttl 10s deploy -- make deploy
   dlock run --wait 30s --meta "job 42" import:orders -- python import.py`,
