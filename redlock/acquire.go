@@ -250,6 +250,9 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		}
 	}
 	errs, unreachable := nodeErrors(b, rs)
+	// The votes as the error reports them: a granting node that then did
+	// not answer the fence counts as unreachable.
+	nGranted, answered := len(granted), len(granted)+refused
 	// The new fence is above every counter of the granting nodes and at
 	// least their latest clock reading (see docs/safety.md).
 	fence = max(fence+1, clock)
@@ -258,7 +261,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		if validity() <= 0 {
 			detail = "the majority came too late: the validity had run out"
 		} else {
-			stored, ferrs := b.storeFence(ctx, k, token, fence, granted, timeout)
+			stored, ferrs, lost := b.storeFence(ctx, k, token, fence, granted, timeout)
 			if stored >= q && validity() > 0 {
 				d := &lockData{keys: k, stopAcquire: stopAcquire}
 				d.lease.Store(int64(r.TTL))
@@ -274,6 +277,11 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 					errs[i] = e
 				}
 			}
+			// The granting nodes that did not answer the fence are
+			// unreachable now: they count as such, not as granted.
+			nGranted -= lost
+			unreachable += lost
+			answered -= lost
 		}
 	}
 
@@ -308,7 +316,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	}
 	res.wrongType = wrongType > n-q
 	kind := dlock.ErrNotObtained
-	if len(granted)+refused < q {
+	if answered < q {
 		kind, res.noQuorum = ErrNoQuorum, true
 	}
 	if detail == "" {
@@ -316,7 +324,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		case majorityOwner:
 			detail = "held by another owner"
 		case res.noQuorum:
-			detail = fmt.Sprintf("%d of %d nodes answered, %d needed", len(granted)+refused, n, q)
+			detail = fmt.Sprintf("%d of %d nodes answered, %d needed", answered, n, q)
 		case refused > 0:
 			detail = "no majority: held elsewhere or taken by competing attempts"
 		default:
@@ -325,7 +333,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	}
 	res.err = &Error{
 		Op: "lock", Key: r.Key,
-		Granted: len(granted), Refused: refused, Unreachable: unreachable,
+		Granted: nGranted, Refused: refused, Unreachable: unreachable,
 		Nodes: errs, kind: kind, detail: detail,
 	}
 	return res
@@ -365,8 +373,9 @@ func parseAcquire(v []any) (acquireReply, error) {
 }
 
 // storeFence writes the fence to the granting nodes while the token holds
-// them there, and returns on how many it was stored.
-func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes []int, timeout time.Duration) (int, []error) {
+// them there, and returns on how many it was stored, each node's error, and
+// how many of them did not answer (or answered with an error).
+func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes []int, timeout time.Duration) (int, []error, int) {
 	q := b.quorum
 	f := strconv.FormatUint(fence, 10)
 	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
@@ -382,7 +391,7 @@ func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence ui
 		}
 		return stored >= q || failed > len(nodes)-q
 	})
-	stored := 0
+	stored, failed := 0, 0
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		switch {
@@ -390,13 +399,14 @@ func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence ui
 			stored++
 		case r.asked && r.err != nil:
 			errs[i] = b.nodeError(i, r.err)
+			failed++
 		case r.asked && r.val == 0:
 			errs[i] = &NodeError{Node: i, Addr: b.nodes[i].addr, Err: fmt.Errorf("lost the lock before its fence was stored")}
 		case r.asked:
 			errs[i] = &NodeError{Node: i, Addr: b.nodes[i].addr, Err: fmt.Errorf("fence counter already at %d or more", fence)}
 		}
 	}
-	return stored, errs
+	return stored, errs, failed
 }
 
 // releaseAttempt releases the token's hold on the given nodes after a

@@ -752,3 +752,51 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// hangFence holds back the fence script of key until its request's
+// deadline: a node that granted the lock and then stopped answering.
+type hangFence struct {
+	testutil.PassHook
+	key string
+}
+
+func (h *hangFence) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		// fence.lua: two keys (the lock and its counter), two arguments;
+		// acquire.lua has the same keys and three arguments.
+		if len(a) != 7 || a[0] != "evalsha" || a[3] != lockKey(h.key) || a[4] != lockKey(h.key)+":fence" {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done()
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}
+}
+
+// An attempt whose majority granted the lock but did not answer when its
+// fence was stored failed because too few nodes answered, not because the
+// lock is held elsewhere: ErrNoQuorum, with those nodes unreachable.
+func TestFenceNotAnsweredIsNoQuorum(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connect to every node, cache the scripts
+	for _, i := range []int{1, 2} {
+		cl.rdbs[i].AddHook(&hangFence{key: "job"})
+	}
+	_, err := c.TryLock(ctx, "job")
+	var re *redlock.Error
+	if !errors.As(err, &re) {
+		t.Fatalf("TryLock = %v, want a *redlock.Error", err)
+	}
+	if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock = %v, want ErrNoQuorum and not ErrNotObtained", err)
+	}
+	if !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Errorf("TryLock = %v, want ErrNodeTimeout among the nodes' errors", err)
+	}
+	if re.Unreachable < 2 || re.Granted+re.Refused+re.Unreachable > 3 {
+		t.Errorf("votes: %d granted, %d refused, %d unreachable; want at least 2 unreachable, at most 3 votes", re.Granted, re.Refused, re.Unreachable)
+	}
+}
