@@ -152,6 +152,20 @@ func (c *Client) keys(key string) *lockKeys { return c.be.(*node).keys(key) }
 // wakeChannel is the channel a waiter of this Client listens on for key.
 func (c *Client) wakeChannel(key string) string { return c.keys(key).channel + ":" + c.be.(*node).id }
 
+// waitQueuedAndSubscribed waits until waiter is queued for key and
+// subscribed to its hand-over channel, as seen through admin: it has then
+// read the reply that queued it (Redis may have run the script with the
+// reply still on its way).
+func waitQueuedAndSubscribed(t *testing.T, admin *redis.Client, waiter *Client, key string) {
+	t.Helper()
+	ch := waiter.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		shard, _ := admin.PubSubShardNumSub(context.Background(), ch).Result()
+		classic, _ := admin.PubSubNumSub(context.Background(), ch).Result()
+		return queued(t, admin, waiter, key) == 1 && shard[ch]+classic[ch] == 1
+	})
+}
+
 // scriptHook runs a test's function when dlock sends a script, by SHA1:
 // before, ahead of Redis (an error it returns fails the command, which
 // never arrives, as over a dropped connection); after, once Redis ran it
