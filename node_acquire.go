@@ -97,23 +97,19 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			a.abandon(ctx)
 			return backend.Grant{}, redisError("lock", a.r.Key, err)
 		}
-		delay := refresh
+		delay, ok := refresh, true
 		if err != nil {
 			// Queued, and the master out of reach for now (a failover): the
 			// place is kept while the queue entry lives, on the new master
 			// too. Check again then, or when the subscription is back.
 			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "error", err)
 			delay = min(delay, max(time.Until(queuedUntil), 0))
-			if retry.Retry != nil {
-				// WithRetry bounds the wait through failed checks too:
-				// once the strategy gives up, the check's error is the
-				// answer, as when the queue entry runs out.
-				due, ok := retry.Next(start)
-				if !ok {
-					a.abandon(ctx)
-					return backend.Grant{}, redisError("lock", a.r.Key, err)
-				}
-				delay = min(delay, max(time.Until(due), 0))
+			// WithRetry bounds the wait through failed checks too: once
+			// the strategy gives up, the check's error is the answer, as
+			// when the queue entry runs out.
+			if delay, ok = retry.Delay(start, delay); !ok {
+				a.abandon(ctx)
+				return backend.Grant{}, redisError("lock", a.r.Key, err)
 			}
 			goto wait
 		}
@@ -141,13 +137,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			staleUpTo = max(staleUpTo, uint64(res[2]))
 		}
 
-		if retry.Retry != nil {
-			due, ok := retry.Next(start)
-			if !ok {
-				a.abandon(ctx)
-				return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, retry.Attempts())
-			}
-			delay = min(delay, max(time.Until(due), 0))
+		if delay, ok = retry.Delay(start, delay); !ok {
+			a.abandon(ctx)
+			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, retry.Attempts())
 		}
 		if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 			// The holder's lease runs out by then at the latest (0: within

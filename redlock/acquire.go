@@ -106,13 +106,10 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 				delay = min(delay, res.pttl+time.Millisecond)
 			}
 		}
-		if retry.Retry != nil {
-			due, ok := retry.Next(start)
-			if !ok {
-				res.err.detail += fmt.Sprintf("; gave up after %d attempts", retry.Attempts())
-				return backend.Grant{}, res.err
-			}
-			delay = min(delay, max(time.Until(due), 0))
+		var ok bool
+		if delay, ok = retry.Delay(start, delay); !ok {
+			res.err.detail += fmt.Sprintf("; gave up after %d attempts", retry.Attempts())
+			return backend.Grant{}, res.err
 		}
 		if w == nil {
 			w = b.hub.join(k.channel, gen, confirmed)

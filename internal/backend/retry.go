@@ -33,6 +33,19 @@ func (s *RetrySchedule) Next(start time.Time) (time.Time, bool) {
 	return s.due, true
 }
 
+// Delay is Next as a wait from now: d, or less if the Retry wants the
+// next check sooner; false if it gives up. Without a Retry it is d.
+func (s *RetrySchedule) Delay(start time.Time, d time.Duration) (time.Duration, bool) {
+	if s.Retry == nil {
+		return d, true
+	}
+	due, ok := s.Next(start)
+	if !ok {
+		return 0, false
+	}
+	return min(d, max(time.Until(due), 0)), true
+}
+
 // Resumed is a Retry that continues a schedule begun elsewhere (a wait in
 // the process, WithLocalQueue): its first counted check is due at a set
 // instant, not a delay after the check that found the lock taken.
