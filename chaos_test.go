@@ -22,24 +22,13 @@ import (
 // goroutine freezes proxies, pauses and restarts redis-server, flushes the
 // script cache and kills connections.
 //
-// Every hold records the instants at which its Context was verified live
-// (a time read before a ctx.Err() == nil check), so the recorded interval
-// is one during which the Context really was live, and the instants at
-// which the lock was also within its trusted deadline (the watchdog's
-// deadline, read at the same check), which leaves out the watchdog being
-// scheduled late on a loaded machine. It then checks (with package
-// chaoscheck, whose traffic and checks TestRedlockChaos shares):
-//   - no two trusted intervals of different holds of one key overlap, except
-//     across a restart of redis-server without persistence (docs/safety.md);
-//   - of two holds one of which ended before the other began, the later has
-//     the larger fence;
-//   - a re-entered Lock has its outer Lock's fence and token;
-//   - every Context that ended while held has cause ErrLockLost, every
-//     Context after Unlock is done;
-//   - every error is one of the package's sentinels, a context error, or a
-//     wrapped Redis or network error;
-//   - no call still running 30 s after the end, no panics, and (TestMain's
-//     goleak) no goroutine left running.
+// The traffic and the checks a caller can make are chaoscheck.Traffic's,
+// shared with TestRedlockChaos. Over the holds it recorded, chaoscheck.Check
+// then finds no two trusted intervals of different holds of one key that
+// overlap, except across a restart of redis-server without persistence
+// (docs/safety.md), and a larger fence for the later of two holds one of
+// which ended before the other began. TestMain's goleak finds no goroutine
+// left running.
 //
 // CHAOS_DURATION (a Go duration, 15s by default) sets its run time, and
 // CHAOS_SEED replays a failure with its logged seed. (An overlap once

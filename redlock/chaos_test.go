@@ -26,21 +26,15 @@ import (
 // restarted either after the longest lease (which docs/safety.md says keeps
 // exclusion) or at once (the Redlock hole the docs excuse).
 //
-// It records each hold's verified-live and trusted intervals and checks,
-// with package chaoscheck (whose traffic and checks TestChaos shares):
-//   - no two trusted intervals of different holds of one key overlap,
-//     except across an immediate restart, and only when the second hold
-//     began within the longest lease after it;
-//   - of two holds one of which ended before the other began, the later has
-//     the larger fence, across restarts too when the later was called after
-//     the earlier was last seen live (the clock floor);
-//   - a re-entered Lock has its outer Lock's fence and token;
-//   - every Context that ended while held has cause ErrLockLost, every
-//     Context after a successful Unlock is done;
-//   - every error is a sentinel, a context error, or a wrapped Redis or
-//     network error;
-//   - every call returns within its context's time and a few seconds (no
-//     hang), no panics, and (TestMain's goleak) no goroutine left running.
+// The traffic and the checks a caller can make are chaoscheck.Traffic's,
+// shared with TestChaos, here with calls that return long after their
+// context's end counted as hangs. Over the holds it recorded,
+// chaoscheck.Check then finds no two trusted intervals of different holds
+// of one key that overlap, except across an immediate restart, and only
+// when the second hold began within the longest lease after it; and a
+// larger fence for the later of two holds one of which ended before the
+// other began, across restarts too when the later was called after the
+// earlier was last seen live (the clock floor).
 //
 // CHAOS_DURATION (a Go duration, 8s by default) sets its run time, and
 // CHAOS_SEED replays a failure with its logged seed.
