@@ -148,8 +148,8 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	defer graceTimer.Stop()
 	stop := func(cause error, what string) {
 		lost, lockDone, holdC = cause, nil, nil
-		fmt.Fprintf(a.stderr, "dlock: %s: sending SIGTERM to the command, SIGKILL in %v\n", what, grace)
-		ch.signal(syscall.SIGTERM)
+		ch.signal(syscall.SIGTERM) // before telling of it: stderr may be slow
+		fmt.Fprintf(a.stderr, "dlock: %s: sent SIGTERM to the command, SIGKILL in %v\n", what, grace)
 		graceTimer.Reset(grace)
 		graceC = graceTimer.C
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -421,5 +422,78 @@ func TestSuperviseReportsALossAsTheCommandExits(t *testing.T) {
 		if err := a.supervise(ch, l, nil, time.Second, 0); !errors.Is(err, dlock.ErrLockLost) {
 			t.Fatalf("supervise of a command that exited as its lock was lost = %v, want ErrLockLost", err)
 		}
+	}
+}
+
+// TestRunLostLockWithBrokenStderr loses the lock while dlock's stderr is a
+// pipe nobody reads any more (a log shipper that died). Telling of the loss
+// must not kill dlock by SIGPIPE: it still stops COMMAND's whole process
+// group, SIGTERM first, and exits with status 79.
+func TestRunLostLockWithBrokenStderr(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+	script := `trap 'echo TERM >> "$LOG"; exit 3' TERM
+(trap '' TERM; exec sleep 1000) & echo $! > "$PIDF"
+echo started >> "$LOG"
+wait`
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // nobody will read dlock's stderr
+	cmd := exec.Command(dlockBin, "--redis", sharedURL(), "--ttl", "600ms",
+		"run", "--grace", "20s", "broken-stderr", "--", "sh", "-c", script)
+	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile)
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), "broken-stderr"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(processTimeout):
+		t.Fatalf("dlock still running %v after its lock was lost", processTimeout)
+	}
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != exitLockLost {
+		t.Errorf("dlock ended with %v, want exit status %d", cmd.ProcessState, exitLockLost)
+	}
+	if got := fileText(log); got != "started\nTERM\n" {
+		t.Errorf("command log %q: it did not get SIGTERM", got)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the command's background process to be killed", func() bool { return processGone(pid) })
+}
+
+// dlock run catches SIGPIPE for itself (see TestRunLostLockWithBrokenStderr);
+// COMMAND must still get the default, as a shell pipeline expects: `yes`
+// writing into a closed pipe is killed by SIGPIPE (status 141), not told
+// EPIPE.
+func TestRunCommandKeepsDefaultSIGPIPE(t *testing.T) {
+	t.Parallel()
+	status := filepath.Join(t.TempDir(), "status")
+	dlockRun(t, baseEnv("F="+status), "--redis", sharedURL(), "run", "sigpipe", "--",
+		"sh", "-c", `{ yes; echo $? > "$F"; } | head -n 1 > /dev/null`).want(t, 0)
+	if got := strings.TrimSpace(fileText(status)); got != "141" {
+		t.Errorf("yes in COMMAND ended with status %q, want 141 (killed by SIGPIPE)", got)
 	}
 }
