@@ -233,6 +233,9 @@ func (a *app) connect(ctx context.Context, name string) (*conn, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		c.Close()
+		if a.conn.loneUserinfo() && strings.Contains(err.Error(), "NOAUTH") {
+			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v (the URL gives a user name but no password: for a password alone, write redis://:PASSWORD@host)", desc, err)
+		}
 		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
 	}
 	return c, nil

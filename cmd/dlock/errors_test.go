@@ -59,6 +59,10 @@ func TestBadInput(t *testing.T) {
 		{"meta not UTF-8, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", "job \xff", "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata is not valid UTF-8"},
 		{"longest meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1024), "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
 		{"max hold and grace past the longest duration", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--max-hold", "2562047h", "--grace", "2562047h", "k", "--", "echo", "ran"}, exitUsage, "--max-hold 2562047h0m0s with --grace 2562047h0m0s: too long"},
+		// redis-cli reads a lone userinfo as the password; go-redis as a
+		// user name. Either way it is not printed.
+		{"lone userinfo in bad URL", nil, []string{"--redis", "http://" + secret + "@localhost", "inspect", "k"}, exitUsage, "invalid Redis URL http://xxxxx@localhost"},
+		{"lone userinfo, password required", nil, []string{"--redis", "redis://" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "NOAUTH Authentication required. (the URL gives a user name but no password: for a password alone, write redis://:PASSWORD@host)"},
 		{"wrong password", nil, []string{"--redis", "redis://:" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "WRONGPASS"},
 		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
 	} {

@@ -10,17 +10,24 @@ import (
 const redacted = "xxxxx"
 
 // secrets returns the passwords that must never be printed: the URL's
-// (found even if the URL does not parse) and the sentinels'.
+// (found even if the URL does not parse) and the sentinels'. A userinfo
+// without ':' counts as one: go-redis reads it as a user name, but
+// redis-cli reads redis://secret@host as the password, and people copy
+// URLs from one to the other.
 func (f *connFlags) secrets() []string {
 	var s []string
 	raw := f.rawURL()
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if pw, ok := u.User.Password(); ok && pw != "" {
 			s = append(s, pw)
+		} else if !ok && u.User.Username() != "" {
+			s = append(s, u.User.Username())
 		}
 	}
-	if _, pw := splitUserinfo(raw); pw != "" {
+	if userinfo, pw := splitUserinfo(raw); pw != "" {
 		s = append(s, pw)
+	} else if f.loneUserinfo() {
+		s = append(s, userinfo)
 	}
 	for _, pw := range s {
 		if esc := url.QueryEscape(pw); esc != pw {
@@ -48,14 +55,23 @@ func (f *connFlags) redact(msg string) string {
 // valid URL (url.Parse errors quote the URL they could not parse).
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			if _, ok := u.User.Password(); !ok {
+				u.User = url.User(redacted) // a lone userinfo: see secrets
+				return u.String()
+			}
+		}
 		return u.Redacted()
 	}
 	userinfo, pw := splitUserinfo(raw)
-	if pw == "" {
-		return raw
+	switch {
+	case pw != "":
+		user, _, _ := strings.Cut(userinfo, ":")
+		return strings.Replace(raw, userinfo+"@", user+":"+redacted+"@", 1)
+	case isLoneUserinfo(userinfo):
+		return strings.Replace(raw, userinfo+"@", redacted+"@", 1)
 	}
-	user, _, _ := strings.Cut(userinfo, ":")
-	return strings.Replace(raw, userinfo+"@", user+":"+redacted+"@", 1)
+	return raw
 }
 
 // splitUserinfo finds "user:password" in scheme://user:password@host/...
@@ -79,4 +95,15 @@ func splitUserinfo(raw string) (userinfo, password string) {
 	userinfo = rest[:at]
 	_, password, _ = strings.Cut(userinfo, ":")
 	return userinfo, password
+}
+
+// loneUserinfo reports whether the URL's userinfo has no ':', as in
+// redis://secret@host: see secrets.
+func (f *connFlags) loneUserinfo() bool {
+	userinfo, _ := splitUserinfo(f.rawURL())
+	return isLoneUserinfo(userinfo)
+}
+
+func isLoneUserinfo(userinfo string) bool {
+	return userinfo != "" && !strings.Contains(userinfo, ":")
 }
