@@ -248,10 +248,14 @@ func (m multiObserver) AcquireEnd(ctx context.Context, e AcquireEndEvent) {
 	m[0].AcquireEnd(ctx, e)
 }
 
+// Reenter, Renew and Lost, like the End calls, reach every Observer even
+// if one panics: the others' counters would miss the event for good.
 func (m multiObserver) Reenter(ctx context.Context, e ReenterEvent) {
-	for _, o := range m {
-		o.Reenter(ctx, e)
+	if len(m) == 0 {
+		return
 	}
+	defer m[1:].Reenter(ctx, e)
+	m[0].Reenter(ctx, e)
 }
 
 func (m multiObserver) ReleaseStart(ctx context.Context, e ReleaseStartEvent) context.Context {
@@ -280,15 +284,19 @@ func (m multiObserver) ReleaseEnd(ctx context.Context, e ReleaseEndEvent) {
 }
 
 func (m multiObserver) Renew(e RenewEvent) {
-	for _, o := range m {
-		o.Renew(e)
+	if len(m) == 0 {
+		return
 	}
+	defer m[1:].Renew(e)
+	m[0].Renew(e)
 }
 
 func (m multiObserver) Lost(e LostEvent) {
-	for _, o := range m {
-		o.Lost(e)
+	if len(m) == 0 {
+		return
 	}
+	defer m[1:].Lost(e)
+	m[0].Lost(e)
 }
 
 // WithObserver has the Client report what its locks do to o (see

@@ -682,6 +682,38 @@ func TestObserversPanicStillEndsTheOthers(t *testing.T) {
 	rec.checkEnded(t, "the last observer")
 }
 
+// panicOnEvents panics in Reenter and Lost.
+type panicOnEvents struct{ NopObserver }
+
+func (panicOnEvents) Reenter(context.Context, ReenterEvent) { panic("observer bug") }
+func (panicOnEvents) Lost(LostEvent)                        { panic("observer bug") }
+
+// Observers(a, b): a panic in a's Reenter or Lost must not keep the event
+// from b, whose counters would miss it for good. A panic in Reenter leaves
+// the caller without the inner Lock (an HTTP server recovers the handler's
+// panic and goes on): the outer Unlock must still free the lock.
+func TestObserversPanicStillTellsTheOthers(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)))
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	mustPanic(t, "Reenter", func() { _, _ = c.Lock(l.Context(), "k") })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, c.keys("k").lock).Val(); n != 0 {
+		t.Error("the lock is still held after its only Unlock: the re-entry whose Observer panicked kept it")
+	}
+	mustLock(t, c, "k2")
+	mustPanic(t, "Lost", func() { _ = c.Close() })
+	if n := rec.count(func(r *recorder) int { return len(r.reenters) }); n != 1 {
+		t.Errorf("the last observer heard %d re-entries, want 1", n)
+	}
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+		t.Errorf("the last observer heard %d losses, want 1", n)
+	}
+}
+
 // A lock force-released while held, whose Unlock is on its way when a
 // renewal meets the key gone: the renewal takes it for that Unlock's
 // release (the hold ends as released), but the release then finds the
