@@ -107,7 +107,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		_, _ = c.be.Release(rctx, g.Lease, 1)
+		// Through c.release: a late grant overran its adaptive lease, and
+		// only a recorded overrun lengthens the next one.
+		_, _ = c.release(rctx, h, 1)
 		h.cancel(err)
 		c.ops.Done()
 		c.acquireEnd(actx, x, &req, nil, err)

@@ -230,3 +230,32 @@ func holdStats(t *testing.T, c *Client, key string) backend.HoldStats {
 	}
 	return s
 }
+
+// TestAdaptiveLeaseLearnsFromLateGrant: a grant whose reply comes after
+// its adaptive lease could be trusted (a slower link than the holds on
+// record were made over) overran that lease, and must lengthen later
+// leases as an overrun held to Unlock does. Unrecorded, every later
+// acquisition over that link asks for the same short lease and fails the
+// same way, for as long as the others keep the statistics fresh.
+func TestAdaptiveLeaseLearnsFromLateGrant(t *testing.T) {
+	srv := redistest.Start(t)
+	const latency = 25 * time.Millisecond
+	slow := func() error { time.Sleep(latency); return nil } // the link's delay, not a wait
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{acquireEval.sha: slow}})
+	ctx := context.Background()
+	// Holds of 1 ms on record (made over a fast link): a lease of MinTTL.
+	rdb.HSet(ctx, statsKey(c.keys("remote")), "mean_us", 1000, "dev_us", 0, "n", 5)
+	opts := []LockOption{WithoutRenewal(), WithAdaptiveTTL(2, 0)}
+	var err error
+	for range 3 {
+		var l *Lock
+		if l, err = c.TryLock(ctx, "remote", opts...); err == nil {
+			_ = l.Unlock(ctx)
+			return
+		}
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatal(err)
+		}
+	}
+	t.Errorf("3 acquisitions over a slow link failed (stats %+v): %v", holdStats(t, c, "remote"), err)
+}
