@@ -136,8 +136,10 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 // and type only: a name may be that of a lock released while the scan ran,
 // or of a hash that other code stored at a lock's name (Inspect says
 // ErrWrongType for it), since telling those apart costs a command per key;
-// Inspect each name for the locks' state. On a Client made by redlock.New
-// it returns an error wrapping errors.ErrUnsupported.
+// Inspect each name for the locks' state. A pattern that leaves a
+// character class open ('[' without its ']') is an error wrapping
+// ErrInvalidOption. On a Client made by redlock.New it returns an error
+// wrapping errors.ErrUnsupported.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	n, err := c.admin("*")
 	if err != nil {
@@ -145,6 +147,10 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	}
 	if pattern == "" {
 		pattern = "*"
+	}
+	pattern, ok := closedGlob(pattern)
+	if !ok {
+		return nil, fmt.Errorf("%w: list pattern %q leaves a character class open", ErrInvalidOption, pattern)
 	}
 	// The prefix is literal: its glob characters are escaped. The pattern
 	// is matched against the key, not its tag: a tag that starts with
@@ -199,6 +205,39 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// closedGlob returns pattern ready to be followed by the literal '}' of a
+// lock's name, reading it as Redis does (stringmatchlen): a trailing
+// backslash matches itself, so it is escaped, not left to escape the '}';
+// a class left open would take the '}' in, so ok is false.
+func closedGlob(p string) (string, bool) {
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			if i == len(p)-1 {
+				return p + `\`, true
+			}
+			i++
+		case '[':
+			i++
+			if i < len(p) && p[i] == '^' {
+				i++
+			}
+			for ; i < len(p) && p[i] != ']'; i++ {
+				switch {
+				case p[i] == '\\' && i+1 < len(p):
+					i++
+				case i+2 < len(p) && p[i+1] == '-': // a range, whatever its end
+					i += 2
+				}
+			}
+			if i == len(p) {
+				return p, false
+			}
+		}
+	}
+	return p, true
 }
 
 // globEscape escapes the characters special in a Redis glob.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -320,5 +321,39 @@ func TestInspectHashThatIsNotALock(t *testing.T) {
 	}
 	if names, err := c.List(ctx, ""); err != nil || !reflect.DeepEqual(names, []string{"foreign"}) {
 		t.Errorf("List() = %q, %v; want the hash's name, as documented", names, err)
+	}
+}
+
+// List matches a pattern against the keys as Redis matches a glob against
+// names (KEYS, SCAN MATCH), also where the pattern ends open: Redis reads
+// a trailing backslash as itself, so the '}' List puts after the pattern
+// must not be what it escapes, nor end up inside a class left open.
+func TestListPatternEndsAsInRedis(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	keys := []string{"a", `a\`, "ab", "a]"}
+	// The keys themselves as names in another database: what Redis
+	// matches there is what List must return.
+	plain := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, DB: 1})
+	defer plain.Close()
+	for _, k := range keys {
+		defer mustLock(t, c, k).Unlock(ctx)
+		plain.Set(ctx, k, 1, 0)
+	}
+	for _, pattern := range []string{`a\`, `*\`, `a\\`, `a\]`, "a[]]", "a[]", "[a]?", "a*"} {
+		want, err := plain.Keys(ctx, pattern).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		if got, err := c.List(ctx, pattern); err != nil || !slices.Equal(got, want) {
+			t.Errorf("List(%q) = %q, %v; want %q, as KEYS matches", pattern, got, err, want)
+		}
+	}
+	// A class left open would take in the '}': such a pattern is refused.
+	for _, pattern := range []string{"a[", "[a", "a[b-", "a[b-]", `a[\`} {
+		if got, err := c.List(ctx, pattern); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("List(%q) = %q, %v; want ErrInvalidOption", pattern, got, err)
+		}
 	}
 }
