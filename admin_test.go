@@ -357,3 +357,42 @@ func TestListPatternEndsAsInRedis(t *testing.T) {
 		}
 	}
 }
+
+// A lock whose queue or waiters key holds another type (other code wrote
+// there) has no waiter to hand over to. Its release and force-release must
+// still complete and say so: Redis does not roll a script back, so a
+// script that failed in the hand-over had already deleted the lock while
+// its caller heard of a failure (and Unlock then gave the lock up as lost).
+func TestReleaseWithWrongTypeQueueCompletes(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, force := range []bool{false, true} {
+		for _, foreign := range []string{"queue", "waiters"} {
+			key := fmt.Sprintf("%s-%v", foreign, force)
+			k := c.keys(key)
+			l := mustLock(t, c, key)
+			name := k.queue
+			if foreign == "waiters" {
+				// A queued entry, so that the hand-over reads the waiters.
+				rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: "w"})
+				name = k.waiters
+			}
+			rdb.Set(ctx, name, "other data", 0)
+			var err error
+			if force {
+				err = c.ForceRelease(ctx, key)
+			} else {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				t.Errorf("%s (force %v): release = %v, want nil", foreign, force, err)
+			}
+			if rdb.Exists(ctx, k.lock).Val() != 0 {
+				t.Errorf("%s (force %v): the lock is still there", foreign, force)
+			}
+			if v := rdb.Get(ctx, name).Val(); v != "other data" {
+				t.Errorf("%s (force %v): the other code's value is now %q", foreign, force, v)
+			}
+		}
+	}
+}

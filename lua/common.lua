@@ -142,10 +142,14 @@ end
 -- costs one ZPOPMIN, nothing more.
 local function hand_over(now_ms, now_us)
   while true do
-    local head = redis.call('ZPOPMIN', KEYS[3])[1]
+    -- A queue or waiters key of another type (other code wrote there)
+    -- holds no waiter: pcall, so that the release before the hand-over
+    -- stands and says so (Redis does not roll a failed script back).
+    local head = redis.pcall('ZPOPMIN', KEYS[3])[1]
     if not head then return nil end
     if not now_ms then now_ms, now_us = clock() end
-    local lease, meta, client = waiter(head, now_ms)
+    local ok, lease, meta, client = pcall(waiter, head, now_ms)
+    if not ok then return nil end
     redis.call('HDEL', KEYS[4], head)
     if lease then
       local fence = grant(head, lease, meta, now_ms, now_us, true)
