@@ -1164,3 +1164,39 @@ func TestRetriedInnerUnlockReportsForceRelease(t *testing.T) {
 		t.Errorf("the outer lock's Context: cause %v, want ErrLockLost", cause)
 	}
 }
+
+// An Extend or TTL that finds the lock key holding another kind of value
+// (a string SET over it) meets a lost lock, as a renewal does
+// (TestRenewalFindingWrongTypeKeyIsLoss): it must say ErrLockLost and end
+// the Context now, not at the next renewal.
+func TestExtendAndTTLFindingWrongTypeKeyIsLoss(t *testing.T) {
+	for name, call := range map[string]func(*Lock) error{
+		"Extend": func(l *Lock) error { return l.Extend(context.Background(), time.Minute) },
+		"TTL":    func(l *Lock) error { _, err := l.TTL(context.Background()); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := &recorder{}
+			c, rdb, _ := newTestClient(t, WithObserver(rec))
+			ctx := context.Background()
+			l := mustLock(t, c, "wrong-type", WithTTL(time.Minute))
+			key := leaseKeys(l.h.lease).lock
+			if err := rdb.Set(ctx, key, "not a lock", 0).Err(); err != nil { // SET replaces the hash
+				t.Fatal(err)
+			}
+			if err := call(l); !errors.Is(err, ErrLockLost) {
+				t.Fatalf("%s = %v, want ErrLockLost", name, err)
+			}
+			select {
+			case <-l.Done():
+			default:
+				t.Fatalf("%s found the lock gone, yet its Context is live", name)
+			}
+			if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+				t.Errorf("Lost reported %d times, want 1", n)
+			}
+			if got := rdb.Get(ctx, key).Val(); got != "not a lock" {
+				t.Errorf("the foreign value was changed to %q", got)
+			}
+		})
+	}
+}

@@ -166,13 +166,25 @@ func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) 
 		return n.extendAcked(ctx, l, ttl)
 	}
 	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, backend.Millis(ttl), l.NextExtend()).Int64()
-	return outcome(v, err), err
+	return extendOutcome(v, err)
+}
+
+// extendOutcome is an Extend's outcome and error: a WRONGTYPE reply is an
+// answer (not held, as for a renewal), not an error of unknown outcome.
+func extendOutcome(v int64, err error) (backend.Outcome, error) {
+	o := outcome(v, err)
+	if o == backend.NotHeld {
+		return o, nil
+	}
+	return o, err
 }
 
 // TTL reads the remaining lease.
 func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
 	v, err := ttlScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token).Int64()
 	switch {
+	case backend.WrongType(err):
+		return 0, backend.NotHeld, nil // as for a renewal: see outcome
 	case err != nil:
 		return 0, backend.Unknown, err
 	case v == -3:

@@ -582,8 +582,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
 	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, backend.Millis(ttl), l.NextExtend()}}
 	n.runAcked(ctx, []*call{c})
-	v, err := c.cmd.Int64()
-	o := outcome(v, err)
+	o, err := extendOutcome(c.cmd.Int64())
 	if o != backend.Held {
 		return o, err
 	}
