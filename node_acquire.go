@@ -97,7 +97,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			a.abandon(ctx)
 			return backend.Grant{}, redisError("lock", a.r.Key, err)
 		}
-		delay, ok := refresh, true
+		// The queue entry was refreshed when the check ran, not when it
+		// answered: one that waited (WithReplicaAck's WAIT, with replicas
+		// missing) must not leave it to run out before the next.
+		delay, ok := max(refresh-time.Since(start), 0), true
 		if err != nil {
 			// Queued, and the master out of reach for now (a failover): the
 			// place is kept while the queue entry lives, on the new master

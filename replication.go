@@ -547,7 +547,7 @@ func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.T
 // waiter, with a lease of ttl that Redis started after since. That grant
 // was written by the releasing client, so a WAIT on our connection says
 // nothing about it: with replica acknowledgement, the lease is set again
-// (to the hand-over lease, from now) and that write is waited for. done is
+// (to the full lease, from now) and that write is waited for. done is
 // false if the lock turned out not to be ours any more (it was
 // force-released meanwhile): the caller checks again.
 func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time, ttl time.Duration) (g backend.Grant, done bool, err error) {
@@ -555,9 +555,12 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 		g, err = a.grant(fence, since, ttl)
 		return g, true, err
 	}
-	// The same lease from later: a renewal's lengthening does it, and
-	// writes even in the same millisecond, for the WAIT to cover.
-	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.grantTTL), backend.Lengthen}}
+	// The full lease, as a grant of our own: we are alive to set it, so
+	// the queue TTL's short one (for a waiter that died) is not needed, and
+	// would run out before a renewal after this WAIT answered, which waits
+	// as long again. A renewal's lengthening sets it, and writes even in
+	// the same millisecond, for the WAIT to cover.
+	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.r.TTL), backend.Lengthen}}
 	set := time.Now()
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
@@ -572,7 +575,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 		a.abandon(ctx)
 		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 	}
-	g, err = a.grant(fence, set, a.grantTTL)
+	g, err = a.grant(fence, set, a.r.TTL)
 	return g, true, err
 }
 

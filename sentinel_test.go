@@ -629,3 +629,173 @@ func queuedOnReplica(t *testing.T, g *redistest.SentinelGroup, waiter *Client, k
 	})
 	waitReplicaAcks(t, om)
 }
+
+// renewOrLoss passes on the first renewal or loss the watchdog reports.
+type renewOrLoss struct {
+	NopObserver
+	renewed chan RenewEvent
+	lost    chan LostEvent
+}
+
+func (o *renewOrLoss) Renew(e RenewEvent) {
+	select {
+	case o.renewed <- e:
+	default:
+	}
+}
+
+func (o *renewOrLoss) Lost(e LostEvent) {
+	select {
+	case o.lost <- e:
+	default:
+	}
+}
+
+// pipelineDone signals on c each pipeline its client has had answered
+// (a check or renewal sent with WithReplicaAck), dropping the signal if
+// the last one was not taken yet.
+type pipelineDone struct {
+	testutil.PassHook
+	c chan struct{}
+}
+
+func (p pipelineDone) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		select {
+		case p.c <- struct{}{}:
+		default:
+		}
+		return err
+	}
+}
+
+// With AcceptAndReport a lock handed over while the replica is down is
+// granted and renewed (reported), as WithReplicaAck's docs promise for a
+// lease above 3 x (timeout + 100 ms): the lease the new holder sets at the
+// hand-over must outlast the WAITs of that write and of the first renewal.
+func TestReplicaAckAcceptHandOverKept(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb := master.Client(t)
+	// 3 x (timeout + 100 ms) is well under the default 30 s lease, and
+	// timeout under 3/4 of the 5 s ReadTimeout; a queued waiter's checks
+	// (timeout, then a third of the 3 s queue TTL) keep its place.
+	const timeout = 1700 * time.Millisecond
+	holder := newClientOn(t, rdb, WithReplicaAck(1, timeout, AcceptAndReport))
+	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { _ = wrdb.Close() })
+	checked := pipelineDone{c: make(chan struct{}, 1)}
+	wrdb.AddHook(checked)
+	obs := &renewOrLoss{renewed: make(chan RenewEvent, 1), lost: make(chan LostEvent, 1)}
+	waiter := newClientOn(t, wrdb, WithReplicaAck(1, timeout, AcceptAndReport), WithObserver(obs))
+
+	// Every script is cached on the server: none is sent twice.
+	warm := lockAcked(t, waiter, "warm")
+	if err := warm.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	replica.Pause(t)
+	defer replica.Resume(t)
+
+	l, err := holder.Lock(ctx, "handed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(ctx, waiter, "handed")
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "handed") == 1 })
+	// Release right after a check of the waiter's answered: it is then
+	// waiting, and takes the hand-over at once.
+	select {
+	case <-checked.c:
+	default:
+	}
+	<-checked.c
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock by hand-over = %v", r.err)
+	}
+	defer func() { _ = r.l.Unlock(ctx) }()
+	select {
+	case e := <-obs.renewed:
+		if e.Outcome != RenewOK {
+			t.Fatalf("first renewal after the hand-over: %v", e.Outcome)
+		}
+	case e := <-obs.lost:
+		t.Fatalf("handed-over lock lost before its first renewal answered: %v", e.Cause)
+	case <-time.After(time.Minute):
+		t.Fatal("no renewal nor loss of the handed-over lock")
+	}
+	if err := r.l.Context().Err(); err != nil {
+		t.Fatal(context.Cause(r.l.Context()))
+	}
+}
+
+// A queued waiter keeps its place while the replica is down
+// (AcceptAndReport): each of its checks waits out the WAIT's timeout, and
+// the next must still refresh its queue entry before that runs out (a
+// release would skip it, and hand the lock to the waiter behind it).
+func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb := master.Client(t)
+	// Under 3/4 of the 5 s ReadTimeout; more than 2/3 of the 3 s queue TTL.
+	const timeout = 2500 * time.Millisecond
+	holder := newClientOn(t, rdb)
+	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { _ = wrdb.Close() })
+	checked := pipelineDone{c: make(chan struct{}, 1)}
+	wrdb.AddHook(checked)
+	waiter := newClientOn(t, wrdb, WithReplicaAck(1, timeout, AcceptAndReport))
+
+	replica.Pause(t)
+	defer replica.Resume(t)
+	l := mustLock(t, holder, "q")
+	defer func() { _ = l.Unlock(ctx) }()
+	wctx, cancel := context.WithCancel(ctx)
+	got := lockAsync(wctx, waiter, "q")
+	defer func() {
+		cancel()
+		<-got
+	}()
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "q") == 1 })
+	k := holder.keys("q")
+	head := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
+	// expiry is when the entry runs out; 0 once it is gone.
+	expiry := func() int64 {
+		f := strings.Fields(rdb.HGet(ctx, k.waiters, head).Val())
+		if len(f) == 0 {
+			return 0
+		}
+		until, _ := strconv.ParseInt(f[0], 10, 64)
+		return until
+	}
+	// The entry written by the check that has just answered either runs
+	// out or is refreshed by the next check first; a few checks over (the
+	// first may be followed at once by another, when the subscription
+	// takes effect).
+	select {
+	case <-checked.c:
+	default:
+	}
+	for range 3 {
+		<-checked.c
+		until := expiry()
+		ranOut := false
+		waitUntil(t, 5*time.Second, "the queue entry to run out or be refreshed", func() bool {
+			now := rdb.Time(ctx).Val().UnixMilli()
+			e := expiry()
+			ranOut = e == 0 || now > e
+			return ranOut || e != until
+		})
+		if ranOut {
+			t.Fatal("the waiter's queue entry ran out between its checks: it lost its place")
+		}
+	}
+}
