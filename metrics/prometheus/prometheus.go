@@ -31,6 +31,7 @@ package prometheus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,7 +102,10 @@ type Observer struct {
 var _ dlock.Observer = (*Observer)(nil)
 
 // New creates the metrics and registers them on reg (for example
-// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()).
+// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Histogram
+// options client_golang refuses (buckets not increasing, a const label
+// "le") are an error wrapping dlock.ErrInvalidOption, and nothing is
+// registered.
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("dlock/metrics/prometheus: nil Registerer")
@@ -117,10 +121,13 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: cfg.constLabels,
 		}, labels)
 	}
+	var errs []error
 	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		opts := prometheus.HistogramOpts{
 			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: cfg.constLabels, Buckets: buckets,
-		}, labels)
+		}
+		errs = append(errs, checkHistogram(opts))
+		return prometheus.NewHistogramVec(opts, labels)
 	}
 	o := &Observer{
 		groups:       keygroup.New(cfg.groupFn, cfg.maxGroups),
@@ -136,6 +143,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "reason"),
 		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "outcome"),
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: %w", dlock.ErrInvalidOption, err)
+	}
 	cs := []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -146,6 +156,19 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		}
 	}
 	return o, nil
+}
+
+// checkHistogram returns the error of opts that client_golang reports only
+// by a panic when a vector's first series is made: inside the Observer's
+// callbacks, so every Lock or Unlock call would panic.
+func checkHistogram(opts prometheus.HistogramOpts) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("histogram %s: %v", opts.Name, p)
+		}
+	}()
+	prometheus.NewHistogram(opts)
+	return nil
 }
 
 // AcquireStart counts an attempt.

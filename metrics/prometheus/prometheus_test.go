@@ -2,6 +2,7 @@ package prometheus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -209,6 +210,26 @@ func TestFailedNewRegistersNothing(t *testing.T) {
 		probe := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "dlock", Name: name, Help: "probe"}, []string{"group"})
 		if reg.Unregister(probe) {
 			t.Errorf("the failed New left dlock_%s registered", name)
+		}
+	}
+}
+
+// Histogram options that client_golang refuses (buckets out of order, a
+// const label "le") must make New fail: client_golang panics only when a
+// histogram's first series is made, inside the Observer's AcquireEnd or
+// ReleaseEnd, so every Lock or Unlock call would panic.
+func TestNewRefusesBadHistogramOptions(t *testing.T) {
+	for name, opt := range map[string]dlockprom.Option{
+		"buckets out of order": dlockprom.WithWaitBuckets([]float64{1, .5}),
+		"duplicate buckets":    dlockprom.WithHoldBuckets([]float64{1, 1}),
+		"const label le":       dlockprom.WithConstLabels(prometheus.Labels{"le": "x"}),
+	} {
+		reg := prometheus.NewRegistry()
+		if _, err := dlockprom.New(reg, opt); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s: New = %v, want ErrInvalidOption", name, err)
+		}
+		if mfs, _ := reg.Gather(); len(mfs) != 0 {
+			t.Errorf("%s: a refused New registered %d metrics", name, len(mfs))
 		}
 	}
 }
