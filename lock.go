@@ -82,7 +82,8 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // lease: until a renewal succeeds, the lock is trusted no longer than the
 // shorter of the two, and the watchdog renews for the shorter of the two
 // until an Extend succeeds (the failed request may still reach Redis after
-// a renewal, and shorten the lease that renewal set).
+// a renewal, and shorten the lease that renewal set). An Extend whose ctx
+// has already ended is not sent, and changes nothing.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
@@ -92,6 +93,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if l.Degraded() {
 		return redisError("extend", l.Key(), ErrDegraded)
+	}
+	if err := ctx.Err(); err != nil {
+		// Never sent, so nothing changed: unlike a request whose ctx ends
+		// on its way, it does not shorten the lease trusted.
+		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
 	}
 	if err := l.c.dog.claim(ctx, l.h); err != nil {
 		if lerr := l.live(); lerr != nil {

@@ -115,6 +115,29 @@ func TestExtendWithLostReply(t *testing.T) {
 	}
 }
 
+// An Extend whose context has already ended is never sent: its outcome is
+// known, so unlike TestExtendWithLostReply it must leave the lease the
+// lock is trusted for, and renewed with, as it was.
+func TestExtendWithEndedContextChangesNothing(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	l := mustLock(t, c, "extend-ended", WithTTL(5*time.Second))
+	before := c.dog.deadline(l.h)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Extend(ctx, 300*time.Millisecond); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Extend with an ended context = %v, want context.Canceled", err)
+	}
+	if d := c.dog.deadline(l.h); !d.Equal(before) {
+		t.Errorf("an Extend never sent moved the deadline by %v", d.Sub(before).Round(time.Millisecond))
+	}
+	c.dog.mu.Lock()
+	renewTTL := l.h.ttl
+	c.dog.mu.Unlock()
+	if renewTTL != 5*time.Second {
+		t.Errorf("after an Extend never sent, renewals set %v, want 5s", renewTTL)
+	}
+}
+
 // A renewal that runs after our own release, while its reply is on the
 // way, finds the lock gone. That is no loss: Unlock succeeds, the lock's
 // context ends with ErrReleased, and a retried Unlock (the first reply was
