@@ -196,7 +196,11 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 	held := func(v int64) bool { return v != -3 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
+		v, err := ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
+		if backend.WrongType(err) {
+			return -3, nil // another kind of value: not held there, as for a renewal
+		}
+		return v, err
 	}, func(rs []reply[int64]) bool {
 		v := tally(rs)
 		return v.unknown == 0 // wait for every node: the answer is an order statistic

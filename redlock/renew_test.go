@@ -406,3 +406,36 @@ func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
 		t.Errorf("renewals found the key holding another value on a majority, yet the lock was lost only at its deadline: %v", cause)
 	}
 }
+
+// TTL and Extend that find a value of another type at the lock's name on
+// a majority meet a lost lock, as renewals do (above), and as on one
+// server: ErrLockLost and the Context ended now.
+func TestTTLAndExtendFindingWrongTypeKeyIsLoss(t *testing.T) {
+	for name, call := range map[string]func(*dlock.Lock) error{
+		"Extend": func(l *dlock.Lock) error { return l.Extend(context.Background(), time.Minute) },
+		"TTL":    func(l *dlock.Lock) error { _, err := l.TTL(context.Background()); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cl := startCluster(t, 3)
+			c := cl.patientLocker(t)
+			ctx := context.Background()
+			l := mustLock(t, c, "wrong-type", dlock.WithTTL(time.Minute))
+			waitUntil(t, 5*time.Second, "the lock on all 3 nodes", func() bool {
+				return len(cl.holders(t, "wrong-type", l.Token())) == 3
+			})
+			for _, rdb := range cl.rdbs[:2] {
+				if err := rdb.Set(ctx, lockKey("wrong-type"), "not a lock", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := call(l); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("%s = %v, want ErrLockLost", name, err)
+			}
+			select {
+			case <-l.Done():
+			default:
+				t.Fatalf("%s found the lock gone on a majority, yet its Context is live", name)
+			}
+		})
+	}
+}
