@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -121,6 +122,22 @@ func TestBadURLDoesNotPrintPasswordAfterAPortLikeStart(t *testing.T) {
 			if strings.Contains(r.stderr+r.stdout, secret) {
 				t.Errorf("%s: part of the password was printed: %q", raw, r.stderr)
 			}
+		}
+	}
+}
+
+// The one-line error names the lock the user gave, as given: the lock
+// name is quoted (%q), and neither the "dlock: " a library error starts
+// with nor the collapsing of whitespace runs into one line may change it,
+// or `release --force 'dlock: x'` reports on lock "x", another lock.
+func TestErrorLineKeepsOddKeyNames(t *testing.T) {
+	t.Parallel()
+	url, _ := adminServer(t)
+	for _, key := range []string{"dlock: nightly", "a  b"} {
+		r := dlockRun(t, nil, "--redis", url, "release", "--force", key).want(t, exitFailure)
+		want := "lock " + strconv.Quote(key) + " is not held"
+		if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], want) {
+			t.Errorf("release --force %q: stderr %q, want one line with %q", key, r.stderr, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -37,11 +38,32 @@ func execute(args []string, stdout, stderr io.Writer) int {
 }
 
 // errorLine renders err as one line without secrets or a doubled prefix.
+// Quoted lock names are kept as they are: a name may hold "dlock: " or a
+// run of spaces, and the line must name the lock the user gave.
 func (a *app) errorLine(err error) string {
 	msg := a.conn.redact(err.Error())
-	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
-	// Library errors wrap others that carry the same prefix.
-	return strings.ReplaceAll(msg, "dlock: ", "")
+	var b strings.Builder
+	last := 0
+	for _, q := range goQuoted.FindAllStringIndex(msg, -1) {
+		b.WriteString(plainLine(msg[last:q[0]]))
+		b.WriteString(msg[q[0]:q[1]])
+		last = q[1]
+	}
+	b.WriteString(plainLine(msg[last:]))
+	return strings.TrimSpace(b.String())
+}
+
+// goQuoted matches a string quoted by %q, which never leaves a raw control
+// character (a newline) inside the quotes.
+var goQuoted = regexp.MustCompile(`"(?:[^"\\\x00-\x1f\x7f]|\\.)*"`)
+
+// whiteSpace is a run of white space, newlines included.
+var whiteSpace = regexp.MustCompile(`\s+`)
+
+// plainLine puts the unquoted text of an error on one line, without the
+// prefix that library errors wrapping others repeat.
+func plainLine(s string) string {
+	return strings.ReplaceAll(whiteSpace.ReplaceAllString(s, " "), "dlock: ", "")
 }
 
 func (a *app) rootCmd() *cobra.Command {
