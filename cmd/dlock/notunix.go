@@ -23,6 +23,8 @@ var forwardedSignals = []os.Signal{os.Interrupt}
 
 func canSupervise() error { return errNeedsUnix }
 
+func catchSIGPIPE() {}
+
 // The rest is never reached: run stops at canSupervise.
 
 type child struct{}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -165,12 +164,9 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 		signal.Notify(sigs, caught...) // with none, Notify would catch all
 	}
 	defer signal.Stop(sigs)
-	// A write to a stderr nobody reads any more (its reader died) then
-	// fails instead of killing dlock by SIGPIPE while COMMAND works on
-	// without a lock holder: dlock must live to stop COMMAND if the lock
-	// is lost, and to exit with its status. Never stopped: the last words
-	// come after run returns. COMMAND gets SIGPIPE's default back.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// A stderr nobody reads any more must not kill dlock while COMMAND
+	// works on: dlock must live to stop it if the lock is lost.
+	catchSIGPIPE()
 
 	ctx, stopWatching := watchSignals(sigs)
 	c, err := a.connect(ctx, "dlock run")

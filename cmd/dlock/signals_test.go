@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -223,5 +224,84 @@ func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
 	}
 	if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held {
 		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
+
+// `nohup dlock bench > out &` (or a script's background job) must run to
+// its end when the terminal closes, as `run` does
+// (TestRunKeepsIgnoredSignalsIgnored): a SIGHUP (or SIGINT) dlock was
+// started ignoring stays ignored, and does not interrupt the bench (129).
+func TestBenchKeepsIgnoredHangupIgnored(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.Command("sh", "-c", `trap '' HUP; exec "$@"`, "sh", dlockBin,
+		"--redis", redisURL(srv.Addr()), "bench", "--goroutines", "1", "--workers", "0", "--duration", "3s")
+	p.cmd.Env = baseEnv()
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.WaitDelay = 5 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	// The uncontended scenario runs once its key's fence counter exists.
+	waitUntil(t, 30*time.Second, "the bench to run", func() bool {
+		return len(rdb.Keys(t.Context(), "dlock:{bench-*:u:0}:fence").Val()) == 1
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 || !strings.Contains(p.stdout.String(), "pairs/s") {
+		t.Fatalf("exit status %d after a SIGHUP that nohup ignores, want 0 and a report\nstdout:\n%s\nstderr:\n%s", code, p.stdout.String(), p.stderr.String())
+	}
+}
+
+// `dlock demo | head -1` and `dlock bench | head -1`: once the reader of
+// stdout has gone, the next write must not kill dlock on the spot (SIGPIPE)
+// before it has cleaned up: README: "On your own server it uses keys under
+// a random demo name and deletes them"; the bench deletes its fence
+// counters.
+func TestDemoAndBenchStdoutClosedLeaveNoKeys(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"demo", "--workers", "2", "--increments", "5", "--lease", "200ms"},
+		{"bench", "--goroutines", "2", "--workers", "2", "--duration", "200ms"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd := exec.Command(dlockBin, append([]string{"--redis", redisURL(srv.Addr())}, args...)...)
+			cmd.Env, cmd.Stdout, cmd.Stderr = baseEnv(), w, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+			// Read the first line, then go away, as `head -1` does.
+			if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			<-done
+			st := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if st.Signaled() {
+				t.Errorf("dlock %s was killed by %v once its stdout was closed", args[0], st.Signal())
+			} else if cmd.ProcessState.ExitCode() == 0 {
+				t.Errorf("dlock %s exited 0 with its output cut short", args[0])
+			}
+			if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
+				t.Errorf("dlock %s (%v) left keys behind once its stdout was closed: %q\nstderr: %s", args[0], cmd.ProcessState, keys, stderr.String())
+			}
+		})
 	}
 }
