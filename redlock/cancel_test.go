@@ -264,7 +264,8 @@ func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) 
 	obs := &renewCounter{}
 	c := cl.patientLocker(t, dlock.WithObserver(obs)) // node 2's acquire outlasts the Lock call on a loaded machine
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+	mustLock(t, c, "warm").Unlock(ctx) // connected
+	cl.cacheScripts(t)
 
 	h.armed.Store(true)
 	lctx, cancel := context.WithCancel(ctx)
@@ -434,7 +435,8 @@ func TestInnerUnlockLetsTheSlowerNodesGetTheLock(t *testing.T) {
 	obs := &renewCounter{}
 	c := cl.patientLocker(t, dlock.WithObserver(obs))
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // connected, scripts cached
+	mustLock(t, c, "warm").Unlock(ctx) // connected
+	cl.cacheScripts(t)
 
 	h.armed.Store(true)
 	l := mustLock(t, c, "job", dlock.WithTTL(1500*time.Millisecond)) // nodes 0 and 1 grant it

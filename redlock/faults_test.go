@@ -781,7 +781,8 @@ func TestFenceNotAnsweredIsNoQuorum(t *testing.T) {
 	cl := startCluster(t, 3)
 	c := cl.patientLocker(t)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // connect to every node, cache the scripts
+	mustLock(t, c, "warm").Unlock(ctx) // connect to every node
+	cl.cacheScripts(t)
 	for _, i := range []int{1, 2} {
 		cl.rdbs[i].AddHook(&hangFence{key: "job"})
 	}
