@@ -63,6 +63,7 @@ func slowThirdNode(t *testing.T, release bool) (*cluster, *gateAcquire, *dlock.C
 	cl.rdbs[2].AddHook(h)
 	c := cl.patientLocker(t)
 	mustLock(t, c, "warm").Unlock(context.Background())
+	cl.cacheScripts(t)
 	return cl, h, c
 }
 
