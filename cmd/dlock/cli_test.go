@@ -103,3 +103,19 @@ func TestHelpNamesInterruptedStatus(t *testing.T) {
 		}
 	}
 }
+
+// version and completion never connect: they run whatever the connection
+// settings say, so that `source <(dlock completion bash)` in a shell
+// profile does not break on an unrelated, bad $DLOCK_REDIS_URL or flag.
+func TestOfflineCommandsIgnoreConnectionSettings(t *testing.T) {
+	t.Parallel()
+	env := baseEnv("DLOCK_REDIS_URL=http://not-redis")
+	for _, args := range [][]string{{"version"}, {"--ttl", "1ms", "version"}, {"completion", "bash"}} {
+		r := dlockRun(t, env, args...).want(t, 0)
+		if !strings.Contains(r.stdout, "dlock") {
+			t.Errorf("dlock %s: stdout %q", strings.Join(args, " "), r.stdout)
+		}
+	}
+	// A command that connects still refuses them.
+	dlockRun(t, env, "list").want(t, exitUsage)
+}

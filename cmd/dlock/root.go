@@ -66,6 +66,19 @@ func plainLine(s string) string {
 	return strings.ReplaceAll(whiteSpace.ReplaceAllString(s, " "), "dlock: ", "")
 }
 
+// offline reports whether cmd never connects to Redis (version, the
+// completion scripts): those run whatever the connection settings say, so
+// that `source <(dlock completion bash)` in a shell profile does not break
+// on an unrelated $DLOCK_REDIS_URL.
+func offline(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Name() == "version" || c.Name() == "completion" {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlock",
@@ -92,6 +105,9 @@ interrupted a wait for the lock, demo or bench; 1 anything else.`,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.setLogging()
+			if offline(cmd) {
+				return nil
+			}
 			return a.conn.validate(cmd)
 		},
 	}
