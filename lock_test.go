@@ -1200,3 +1200,43 @@ func TestExtendAndTTLFindingWrongTypeKeyIsLoss(t *testing.T) {
 		})
 	}
 }
+
+// common.lua grant: a fence counter ahead of the server clock (moved
+// forward by an operator, as in TestFenceNeverGoesBackAt2p53, or carried
+// over from a master whose clock ran ahead) must not expire before the
+// clock has caught up with it: the next grant would then start again from
+// the clock, below the fences already issued. 24 hours without a grant
+// would be enough.
+func TestFenceCounterAheadOfClockOutlivesTheGap(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ahead := range []string{
+		strconv.FormatInt(now.Add(72*time.Hour).UnixMicro(), 10),
+		"9007199254740993", // past 2^53, counted in decimal
+	} {
+		key := "ahead-" + ahead
+		if err := rdb.Set(ctx, c.keys(key).fence, ahead, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l := mustLock(t, c, key)
+		a, _ := strconv.ParseUint(ahead, 10, 64)
+		if l.Fence() <= a {
+			t.Fatalf("counter %s: fence %d", ahead, l.Fence())
+		}
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gap := time.Duration(l.Fence()-uint64(now.UnixMicro())) * time.Microsecond
+		if ttl := rdb.PTTL(ctx, c.keys(key).fence).Val(); ttl < gap {
+			t.Errorf("counter %s: expires in %v, before the clock reaches the fence %d (in %v): the next grant would go back to the clock", ahead, ttl, l.Fence(), gap)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

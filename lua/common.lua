@@ -25,6 +25,16 @@ end
 -- lost in a failover, is covered by the time floor of the fence (below).
 local FENCE_RETENTION_MS = 86400000
 
+-- retention is how long a counter at fence, ahead of the clock, lives:
+-- FENCE_RETENTION_MS, or longer if the clock needs longer to catch up with
+-- it (a counter moved forward by more than that). Were it to expire
+-- first, the next grant would start again from the clock, below the
+-- fences already issued.
+local function retention(fence, now_us)
+  local gap = math.ceil((tonumber(fence) - now_us) / 1000)
+  return string.format('%.0f', math.max(FENCE_RETENTION_MS, gap + 1000))
+end
+
 -- inc returns n + 1 for n a string of decimal digits.
 local function inc(n)
   local i = #n
@@ -63,7 +73,7 @@ local function grant(token, lease, meta, now_ms, now_us, handing)
     -- Past the integers a double holds exactly, but still a fence (an
     -- int64): one more, counted in decimal.
     fence = inc(raw)
-    redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
+    redis.call('SET', KEYS[2], fence, 'PX', retention(fence, now_us))
   elseif not last or last ~= last or last >= 2^53 then
     -- A new counter, or one that is not a number a fence can follow (a
     -- value written by hand): it starts again from the clock, the floor
@@ -72,7 +82,7 @@ local function grant(token, lease, meta, now_ms, now_us, handing)
     redis.call('PEXPIRE', KEYS[2], FENCE_RETENTION_MS)
   elseif last >= now_us then
     fence = string.format('%.0f', last + 1)
-    redis.call('SET', KEYS[2], fence, 'PX', FENCE_RETENTION_MS)
+    redis.call('SET', KEYS[2], fence, 'PX', retention(fence, now_us))
   end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
   redis.call('PEXPIRE', KEYS[1], lease)
