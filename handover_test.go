@@ -3,10 +3,13 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -402,5 +405,46 @@ func TestHandedOverLockSurvivesOneFailedRenewal(t *testing.T) {
 	})
 	if err := l.Context().Err(); err != nil {
 		t.Fatalf("one failed renewal lost the handed-over lock: %v", context.Cause(l.Context()))
+	}
+}
+
+// common.lua waiter: a queue entry whose lease PEXPIRE refuses (out of
+// range) or that would delete the lock at once (0) is corrupt, not a
+// waiter to hand the lock to: a hand-over must not fail half way (the
+// lock deleted, the entry popped and the waiter made holder without an
+// expiry), nor grant a lock that no longer exists. A lease with leading
+// zeros is read as its number.
+func TestCorruptEntryLeaseIsNotHandedTheLock(t *testing.T) {
+	for _, lease := range []string{"99999999999999999999", "9223372036854775807", "0", "007"} {
+		t.Run(lease, func(t *testing.T) {
+			c, rdb, _ := newTestClient(t)
+			ctx := context.Background()
+			key := "corrupt-lease-" + lease
+			k := c.keys(key)
+			l := mustLock(t, c, key)
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := now.Add(time.Minute).UnixMilli()
+			rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: "bad"})
+			rdb.HSet(ctx, k.waiters, "bad", fmt.Sprintf("%d %s nobody {}", deadline, lease))
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+			if rdb.HExists(ctx, k.lock, "bad").Val() {
+				// Only a lease that PEXPIRE reads once normalized ('007')
+				// may be handed over, and then with its expiry.
+				if pttl := rdb.PTTL(ctx, k.lock).Val(); lease != "007" || pttl <= 0 {
+					t.Fatalf("the lock was handed to a corrupt entry (pttl %v)", pttl)
+				}
+				return
+			}
+			l2, err := c.TryLock(ctx, key)
+			if err != nil {
+				t.Fatalf("TryLock after the release: %v", err)
+			}
+			_ = l2.Unlock(ctx)
+		})
 	}
 }

@@ -96,8 +96,14 @@ local function waiter(head, now_ms)
   local entry = redis.call('HGET', KEYS[4], head)
   if not entry then return nil end
   local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) (%S+) (.*)$')
-  if deadline and tonumber(deadline) > now_ms then return lease, meta, client end
-  return nil
+  if not deadline or tonumber(deadline) <= now_ms then return nil end
+  -- A lease PEXPIRE would refuse (out of range, or digits it does not
+  -- read, as '007') or that would delete the lock at once (0) is a corrupt
+  -- entry: handing it the lock would fail the hand-over half way, or grant
+  -- a lock that is gone. It counts as expired.
+  local ms = tonumber(lease)
+  if ms < 1 or ms >= 2^53 then return nil end
+  return string.format('%.0f', ms), meta, client
 end
 
 -- live_head returns the first waiter whose entry has not expired, dropping
