@@ -7,8 +7,15 @@
 -- their last update.
 -- Returns {mean_us, dev_us, n} after the update.
 local held = tonumber(ARGV[1])
+-- num reads a statistic: nil unless a finite number (tonumber reads "inf"
+-- and "nan" too, which would stay so at every update).
+local function num(v)
+  local x = tonumber(v)
+  if x and x == x and x > -math.huge and x < math.huge then return x end
+  return nil
+end
 local s = redis.call('HMGET', KEYS[1], 'mean_us', 'dev_us', 'n')
-local mean, dev, n = tonumber(s[1]), tonumber(s[2]), tonumber(s[3])
+local mean, dev, n = num(s[1]), num(s[2]), num(s[3])
 if not mean or not dev or not n then
   mean, dev, n = held, held / 2, 0
 else
