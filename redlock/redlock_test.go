@@ -637,3 +637,28 @@ func TestWaiterTriesAgainWhenTheLeasesRunOut(t *testing.T) {
 		_ = held.Unlock(ctx) // lost, and found so
 	}
 }
+
+// A fence counter that Lua's tonumber reads as a number but that is none
+// ("inf", "nan") is a value that is not a counter, as "not a number" is
+// (TestFenceCounterNotANumberIsWrongType): ErrWrongType, left as it is.
+// Read as a number, "inf" was granted, replied as an integer Redis cannot
+// represent, and then refused every fence: Lock never succeeded and said
+// the fence was stored on too few nodes.
+func TestFenceCounterNotFiniteIsWrongType(t *testing.T) {
+	for _, bad := range []string{"inf", "nan"} {
+		t.Run(bad, func(t *testing.T) {
+			cl := startCluster(t, 3)
+			c := cl.locker(t)
+			ctx := context.Background()
+			for _, rdb := range cl.rdbs[:2] {
+				rdb.Set(ctx, lockKey("nan")+":fence", bad, 0)
+			}
+			tryAndLockAreWrongType(t, c, "nan", "with fence counters "+bad)
+			for i, rdb := range cl.rdbs[:2] {
+				if got := rdb.Get(ctx, lockKey("nan")+":fence").Val(); got != bad {
+					t.Errorf("node %d: the foreign value is now %q", i, got)
+				}
+			}
+		})
+	}
+}

@@ -12,6 +12,8 @@
 -- while ':fence' only comes with fence.lua): it is WRONGTYPE, not a holder
 -- to wait for.
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- tonumber reads "inf" and "nan" too: no counter either.
+if counter and (counter ~= counter or counter == math.huge or counter == -math.huge) then counter = nil end
 if not counter then
   -- A value that is not a counter (other data at its name): WRONGTYPE, as
   -- a key of another type is, so that Lock does not wait for it to change.
