@@ -136,10 +136,7 @@ func TestRunLostLockStopsCommand(t *testing.T) {
 	dir := t.TempDir()
 	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
 	// The background sleep ignores SIGTERM: it must still not outlive dlock.
-	script := `trap 'echo TERM >> "$LOG"; exit 3' TERM
-(trap '' TERM; exec sleep 1000) & echo $! > "$PIDF"
-echo started >> "$LOG"
-wait`
+	script := stoppableScript
 	p := start(t, baseEnv("LOG="+log, "PIDF="+pidFile),
 		"--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "20s", "lost", "--", "sh", "-c", script)
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
@@ -149,14 +146,30 @@ wait`
 	if code := p.wait(t); code != exitLockLost {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
 	}
-	if got := fileText(log); got != "started\nTERM\n" {
-		t.Errorf("command log %q: it did not get SIGTERM", got)
-	}
 	stderr := p.stderr.String()
 	for _, want := range []string{`lost the lock "lost"`, "SIGTERM", `lock "lost" was lost while the command ran`, "its status: 3"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+	commandStopped(t, log, pidFile)
+}
+
+// stoppableScript is a command (sh -c) that logs "started" and then "TERM"
+// when it gets SIGTERM (and exits 3), to $LOG, and starts a background
+// process that ignores SIGTERM, whose pid it writes to $PIDF.
+const stoppableScript = `trap 'echo TERM >> "$LOG"; exit 3' TERM
+(trap '' TERM; exec sleep 1000) & echo $! > "$PIDF"
+echo started >> "$LOG"
+wait`
+
+// commandStopped checks that the command of stoppableScript got SIGTERM
+// (its log) and that its background process, which ignores SIGTERM, was
+// killed with its process group.
+func commandStopped(t *testing.T, log, pidFile string) {
+	t.Helper()
+	if got := fileText(log); got != "started\nTERM\n" {
+		t.Errorf("command log %q: it did not get SIGTERM", got)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
 	if err != nil {
@@ -433,10 +446,7 @@ func TestRunLostLockWithBrokenStderr(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
-	script := `trap 'echo TERM >> "$LOG"; exit 3' TERM
-(trap '' TERM; exec sleep 1000) & echo $! > "$PIDF"
-echo started >> "$LOG"
-wait`
+	script := stoppableScript
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -474,14 +484,7 @@ wait`
 	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != exitLockLost {
 		t.Errorf("dlock ended with %v, want exit status %d", cmd.ProcessState, exitLockLost)
 	}
-	if got := fileText(log); got != "started\nTERM\n" {
-		t.Errorf("command log %q: it did not get SIGTERM", got)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the command's background process to be killed", func() bool { return processGone(pid) })
+	commandStopped(t, log, pidFile)
 }
 
 // dlock run catches SIGPIPE for itself (see TestRunLostLockWithBrokenStderr);

@@ -186,6 +186,23 @@ func TestDemoAndBenchInterruptedWhileStarting(t *testing.T) {
 	})
 }
 
+// startIgnoringHangup starts dlock as start does, but with SIGHUP ignored,
+// as nohup starts it: sh ignores it and execs dlock.
+func startIgnoringHangup(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.Command("sh", append([]string{"-c", `trap '' HUP; exec "$@"`, "sh", dlockBin}, args...)...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.WaitDelay = 5 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	return p
+}
+
 // `nohup dlock run KEY -- COMMAND &` (or a shell's background job, started
 // with SIGINT and SIGQUIT ignored) must leave COMMAND as nohup leaves it:
 // a signal dlock was started ignoring is not caught and forwarded (that
@@ -195,19 +212,8 @@ func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
 	t.Parallel()
 	log := filepath.Join(t.TempDir(), "log")
 	const key = "nohup"
-	// sh sets SIGHUP ignored, as nohup does, and execs dlock.
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command("sh", "-c", `trap '' HUP; exec "$@"`, "sh", dlockBin,
-		"--redis", sharedURL(), "run", key, "--", "sh", "-c",
+	p := startIgnoringHangup(t, baseEnv("LOG="+log), "--redis", sharedURL(), "run", key, "--", "sh", "-c",
 		`trap 'echo USR1 >> "$LOG"; exit 0' USR1; echo started >> "$LOG"; sleep 1000 & wait`)
-	p.cmd.Env = baseEnv("LOG=" + log)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.WaitDelay = 5 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
 	// The hang-up must not reach COMMAND; the SIGUSR1 after it must (and
 	// ends it: dlock forwards signals in the order they came).
@@ -235,17 +241,7 @@ func TestBenchKeepsIgnoredHangupIgnored(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command("sh", "-c", `trap '' HUP; exec "$@"`, "sh", dlockBin,
-		"--redis", redisURL(srv.Addr()), "bench", "--goroutines", "1", "--workers", "0", "--duration", "3s")
-	p.cmd.Env = baseEnv()
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.WaitDelay = 5 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	p := startIgnoringHangup(t, baseEnv(), "--redis", redisURL(srv.Addr()), "bench", "--goroutines", "1", "--workers", "0", "--duration", "3s")
 	// The uncontended scenario runs once its key's fence counter exists.
 	waitUntil(t, 30*time.Second, "the bench to run", func() bool {
 		return len(rdb.Keys(t.Context(), "dlock:{bench-*:u:0}:fence").Val()) == 1
