@@ -6,6 +6,8 @@
 -- when the counter is already at least ARGV[2] (never expected: the fence
 -- was computed from this node's counter while the token held the lock).
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+-- Our own request delivered twice (a client-side retry): already stored.
+if redis.call('HGET', KEYS[1], ':fence') == ARGV[2] then return 1 end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur and cur >= tonumber(ARGV[2]) then return -1 end
 redis.call('SET', KEYS[2], ARGV[2])
