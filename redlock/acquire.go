@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -100,7 +101,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			// A race between contenders, or nodes failing: back off for a
 			// random time so that the next attempts do not collide again,
 			// growing while nothing changes (a node stays down).
-			delay = randUpTo(b.retryDelay << min(backoff, maxBackoffShift))
+			delay = randUpTo(grow(b.retryDelay, min(backoff, maxBackoffShift)))
 			backoff++
 			if res.pttl >= 0 {
 				delay = min(delay, res.pttl+time.Millisecond)
@@ -157,10 +158,21 @@ func (b *redlock) isClosed() bool {
 	}
 }
 
+// grow returns d << shift, or the longest duration if that overflows.
+func grow(d time.Duration, shift int) time.Duration {
+	if d > math.MaxInt64>>shift {
+		return math.MaxInt64
+	}
+	return d << shift
+}
+
 // randUpTo returns a random duration in [0, d].
 func randUpTo(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
+	}
+	if d == math.MaxInt64 {
+		return rand.N(d) // d + 1 would overflow
 	}
 	return rand.N(d + 1)
 }
@@ -378,15 +390,16 @@ func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence ui
 	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		return fenceScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, f).Int64()
 	}, func(rs []reply[int64]) bool {
-		stored, failed := 0, 0
+		// Stop at a majority stored. A failure waits for every node (up to
+		// the timeout), as the acquisition does: a node not waited for
+		// would be reported unreachable, and the attempt ErrNoQuorum.
+		stored := 0
 		for _, r := range rs {
 			if r.ok() && r.val == 1 {
 				stored++
-			} else if r.answered {
-				failed++
 			}
 		}
-		return stored >= q || failed > len(nodes)-q
+		return stored >= q
 	})
 	stored, failed := 0, 0
 	errs := make([]error, len(rs))

@@ -1,13 +1,19 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -799,5 +805,172 @@ func TestFenceNotAnsweredIsNoQuorum(t *testing.T) {
 	}
 	if re.Unreachable < 2 || re.Granted+re.Refused+re.Unreachable > 3 {
 		t.Errorf("votes: %d granted, %d refused, %d unreachable; want at least 2 unreachable, at most 3 votes", re.Granted, re.Refused, re.Unreachable)
+	}
+}
+
+// lostReply loses, once per node, the reply to a request that contains
+// marker: the node runs the request, but the client sees its connection
+// break before the reply, as after a network blip, and go-redis (with its
+// default MaxRetries) sends the request again.
+type lostReply struct {
+	testutil.PassHook
+	marker []byte
+	left   atomic.Int32 // replies still to lose
+	lost   atomic.Int32 // replies lost
+}
+
+func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: cn, h: h}, nil
+	}
+}
+
+type lossyConn struct {
+	net.Conn
+	h    *lostReply
+	drop atomic.Bool
+}
+
+func (c *lossyConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, c.h.marker) && c.h.left.Add(-1) >= 0 {
+		c.drop.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *lossyConn) Read(p []byte) (int, error) {
+	if c.drop.Load() {
+		// Read the reply, so that the request has run, and lose it.
+		_, _ = c.Conn.Read(p)
+		c.Conn.Close()
+		c.h.lost.Add(1)
+		return 0, io.EOF
+	}
+	return c.Conn.Read(p)
+}
+
+// A fence store that go-redis delivers twice (its reply was lost, and the
+// client retried it, as acquire.lua expects client-side retries to do) is
+// stored: the second delivery finds the counter at the fence it stored
+// itself, which must not fail the acquisition.
+func TestFenceStoreDeliveredTwice(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.cacheScripts(t)
+	src, err := os.ReadFile("lua/fence.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	marker := []byte(hex.EncodeToString(sum[:]))
+	var nodes []redis.UniversalClient
+	var hooks []*lostReply
+	for _, srv := range cl.srvs {
+		// go-redis's default MaxRetries: a request whose reply was lost is
+		// sent again.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+		h := &lostReply{marker: marker}
+		h.left.Store(1)
+		rdb.AddHook(h)
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+		hooks = append(hooks, h)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "fence-twice")
+	lost := 0
+	for _, h := range hooks {
+		lost += int(h.lost.Load())
+	}
+	if lost == 0 {
+		t.Fatal("no fence reply was lost: the test did not test anything")
+	}
+	if err != nil {
+		t.Fatalf("TryLock of a free lock, with %d fence replies lost and retried: %v", lost, err)
+	}
+	defer l.Unlock(ctx)
+	if l.Fence() == 0 {
+		t.Error("no fence")
+	}
+}
+
+// fenceOrder makes the first node to get the fence of key lose the lock
+// just before (as a node that restarted or evicted the key would), and
+// holds back the others' fences until a release of key is sent, or for
+// 300 ms at most: well within the per-node timeout of a second.
+type fenceOrder struct {
+	testutil.PassHook
+	key      string
+	first    *atomic.Bool
+	released chan struct{}
+	once     *atomic.Bool
+}
+
+func (h *fenceOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) < 4 || a[0] != "evalsha" || a[3] != lockKey(h.key) {
+			return next(ctx, cmd)
+		}
+		switch {
+		case len(a) == 7 && a[4] == lockKey(h.key)+":fence": // fence.lua
+			if h.first.CompareAndSwap(false, true) {
+				if err := next(ctx, redis.NewCmd(ctx, "del", lockKey(h.key))); err != nil {
+					return err
+				}
+				return next(ctx, cmd)
+			}
+			select {
+			case <-h.released:
+			case <-time.After(300 * time.Millisecond):
+			}
+		case len(a) == 8 && a[4] == lockKey(h.key)+":wake": // release.lua
+			if h.once.CompareAndSwap(false, true) {
+				close(h.released)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An attempt whose fence one granting node refused (it lost the lock)
+// while the other granting node answered well within the per-node timeout
+// did not fail for want of answers: the healthy node is not unreachable,
+// did not time out, and the failure is not ErrNoQuorum.
+func TestFenceRefusedIsNotNoQuorum(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connect to every node
+	cl.cacheScripts(t)
+	first, once := new(atomic.Bool), new(atomic.Bool)
+	released := make(chan struct{})
+	for _, rdb := range cl.rdbs {
+		rdb.AddHook(&fenceOrder{key: "job", first: first, released: released, once: once})
+	}
+	_, err := c.TryLock(ctx, "job")
+	var re *redlock.Error
+	if !errors.As(err, &re) {
+		t.Fatalf("TryLock = %v, want a *redlock.Error", err)
+	}
+	if !first.Load() {
+		t.Fatal("no fence was stored: the test did not test anything")
+	}
+	if errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock = %v, want ErrNotObtained, not ErrNoQuorum", err)
+	}
+	// At most the node the acquisition did not wait for (it had its
+	// majority) is unreachable; not the granting node whose fence was
+	// answered well within the per-node timeout.
+	if re.Unreachable > 1 {
+		t.Errorf("TryLock = %v: %d unreachable, want at most 1: a node that answered within the per-node timeout is reported as unreachable", err, re.Unreachable)
 	}
 }

@@ -71,6 +71,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,9 +100,10 @@ type Config struct {
 	// Nodes are the independent Redis masters, at least one; use an odd
 	// number, typically 5 (a majority of 5 survives 2 failures). Each may
 	// be any go-redis client and stays owned by the caller. Two clients of
-	// one address are refused, but two names of one server (localhost and
-	// 127.0.0.1, two DNS names) are not detected, and that server's vote
-	// would count twice: list each server once. Configure them
+	// one address (or two ClusterClients of the same seed addresses) are
+	// refused, but two names of one server (localhost and 127.0.0.1, two
+	// DNS names) and two FailoverClients of one master are not detected,
+	// and that server's vote would count twice: list each server once. Configure them
 	// with ContextTimeoutEnabled: a request to a node that hangs is not
 	// waited for after the per-node timeout, but go-redis only abandons it
 	// at the context's deadline with ContextTimeoutEnabled, else at its
@@ -158,8 +160,14 @@ func (cfg *Config) validate() error {
 		}
 		// Two clients of one server would count its vote twice.
 		id := any(n)
-		if c, ok := n.(*redis.Client); ok && c.Options().Addr != "FailoverClient" {
-			id = c.Options().Addr
+		switch c := n.(type) {
+		case *redis.Client:
+			if c.Options().Addr != "FailoverClient" {
+				id = c.Options().Addr
+			}
+		case *redis.ClusterClient:
+			addrs := slices.Sorted(slices.Values(c.Options().Addrs))
+			id = "cluster " + strings.Join(addrs, ",")
 		}
 		if j, dup := seen[id]; dup {
 			return fmt.Errorf("%w: nodes %d and %d are the same server", dlock.ErrInvalidOption, j, i)

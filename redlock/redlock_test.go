@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -660,5 +661,44 @@ func TestFenceCounterNotFiniteIsWrongType(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// NewWithConfig accepts any RetryDelay that is not negative; a very long
+// one (math.MaxInt64: "do not retry soon") must not make Lock panic, or
+// retry without any delay once the backoff doubled it past MaxInt64.
+func TestLongRetryDelay(t *testing.T) {
+	cl := startCluster(t, 3)
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: time.Second, RetryDelay: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl.srvs[1].Stop(t)
+	cl.srvs[2].Stop(t)
+	// No majority: the attempt fails, and Lock backs off for RetryDelay
+	// at most, until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Lock(ctx, "long-retry")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v, want the context's deadline", err)
+	}
+}
+
+// Two cluster clients of the same addresses are one node given twice: its
+// vote would count twice, as two clients of one address would.
+func TestSameClusterTwiceIsRefused(t *testing.T) {
+	cl := startCluster(t, 2)
+	a := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.srvs[0].Addr()}})
+	defer a.Close()
+	b := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.srvs[0].Addr()}})
+	defer b.Close()
+	c, err := redlock.New([]redis.UniversalClient{a, b, cl.nodes[1]})
+	if err == nil {
+		c.Close()
+	}
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with one cluster twice = %v, want ErrInvalidOption", err)
 	}
 }
