@@ -119,3 +119,33 @@ func TestOfflineCommandsIgnoreConnectionSettings(t *testing.T) {
 	// A command that connects still refuses them.
 	dlockRun(t, env, "list").want(t, exitUsage)
 }
+
+// The shell completion that `dlock completion bash` installs runs
+// `dlock __complete ...` on every TAB: a $DLOCK_REDIS_URL that every
+// command rejects must not break it any more than it breaks `completion`
+// (TestOfflineCommandsIgnoreConnectionSettings). Commands still complete,
+// and lock names complete from the server --redis names on the command
+// line (completeKeys validates the settings itself).
+func TestShellCompletionIgnoresBadEnvURL(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	l, err := c.Lock(context.Background(), "env-complete:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	env := baseEnv("DLOCK_REDIS_URL=http://not-redis")
+	r := dlockRun(t, env, "__complete", "ins").want(t, 0)
+	if !strings.HasPrefix(r.stdout, "inspect\t") {
+		t.Errorf("completion of ins: %q, stderr %q", r.stdout, r.stderr)
+	}
+	// Nor does `dlock help COMMAND` connect, any more than COMMAND --help.
+	r = dlockRun(t, env, "help", "run").want(t, 0)
+	if !strings.Contains(r.stdout, "Usage:") {
+		t.Errorf("help run: %q, stderr %q", r.stdout, r.stderr)
+	}
+	r = dlockRun(t, env, "__complete", "--redis", url, "inspect", "env-complete").want(t, 0)
+	if got := lines(r.stdout); len(got) != 2 || got[0] != "env-complete:1" || got[1] != ":4" {
+		t.Errorf("completion of inspect env-complete: %q, stderr %q", got, r.stderr)
+	}
+}

@@ -141,3 +141,24 @@ func TestErrorLineKeepsOddKeyNames(t *testing.T) {
 		}
 	}
 }
+
+// A lone userinfo is redacted as a password (redis-cli reads it so), but
+// go-redis reads it as a user name, and redis://default@host (Redis's
+// default user) connects to a server without a password. Redacting it
+// wherever it appears then misnames the lock in the one-line error, which
+// must name the lock the user gave (TestErrorLineKeepsOddKeyNames): only
+// the URL's userinfo is the secret.
+func TestLoneUserinfoRedactedInURLOnly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := "redis://default@" + srv.Addr()
+	r := dlockRun(t, nil, "--redis", url, "release", "--force", "default-job").want(t, exitFailure)
+	if want := `lock "default-job" is not held`; !strings.Contains(r.stderr, want) {
+		t.Errorf("release --force default-job with %s: stderr %q, want %q", url, r.stderr, want)
+	}
+	// The URL itself is still printed without it.
+	r = dlockRun(t, nil, "--redis", "http://default@localhost", "inspect", "default-job").want(t, exitUsage)
+	if strings.Contains(r.stderr, "default@") || !strings.Contains(r.stderr, "http://xxxxx@localhost") {
+		t.Errorf("bad URL with a lone userinfo: stderr %q", r.stderr)
+	}
+}

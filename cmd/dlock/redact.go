@@ -11,23 +11,19 @@ const redacted = "xxxxx"
 
 // secrets returns the passwords that must never be printed: the URL's
 // (found even if the URL does not parse) and the sentinels'. A userinfo
-// without ':' counts as one: go-redis reads it as a user name, but
-// redis-cli reads redis://secret@host as the password, and people copy
-// URLs from one to the other.
+// without ':' is redacted too (see redact): go-redis reads it as a user
+// name, but redis-cli reads redis://secret@host as the password, and
+// people copy URLs from one to the other.
 func (f *connFlags) secrets() []string {
 	var s []string
 	raw := f.rawURL()
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if pw, ok := u.User.Password(); ok && pw != "" {
 			s = append(s, pw)
-		} else if !ok && u.User.Username() != "" {
-			s = append(s, u.User.Username())
 		}
 	}
-	if userinfo, pw := splitUserinfo(raw); pw != "" {
+	if _, pw := splitUserinfo(raw); pw != "" {
 		s = append(s, pw)
-	} else if f.loneUserinfo() {
-		s = append(s, userinfo)
 	}
 	for _, pw := range s {
 		if esc := url.QueryEscape(pw); esc != pw {
@@ -47,6 +43,14 @@ func (f *connFlags) redact(msg string) string {
 	}
 	for _, s := range f.secrets() {
 		msg = strings.ReplaceAll(msg, s, redacted)
+	}
+	// A lone userinfo is also a user name, "default" for one: only where
+	// it stands as a URL's userinfo, or a lock name holding it would be
+	// printed as another's.
+	if userinfo, _ := splitUserinfo(f.rawURL()); isLoneUserinfo(userinfo) {
+		for _, u := range []string{userinfo, url.QueryEscape(userinfo)} {
+			msg = strings.ReplaceAll(msg, u+"@", redacted+"@")
+		}
 	}
 	return msg
 }

@@ -66,13 +66,16 @@ func plainLine(s string) string {
 	return strings.ReplaceAll(whiteSpace.ReplaceAllString(s, " "), "dlock: ", "")
 }
 
-// offline reports whether cmd never connects to Redis (version, the
-// completion scripts): those run whatever the connection settings say, so
-// that `source <(dlock completion bash)` in a shell profile does not break
-// on an unrelated $DLOCK_REDIS_URL.
+// offline reports whether cmd runs whatever the connection settings say:
+// version, help and the completion scripts never connect, so that
+// `source <(dlock completion bash)` in a shell profile does not break on an
+// unrelated $DLOCK_REDIS_URL; nor must the completion those scripts run
+// (cobra's __complete), whose flags are parsed only later, and whose lock
+// names (completeKeys) check the settings themselves.
 func offline(cmd *cobra.Command) bool {
 	for c := cmd; c != nil; c = c.Parent() {
-		if c.Name() == "version" || c.Name() == "completion" {
+		switch c.Name() {
+		case "version", "help", "completion", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
 			return true
 		}
 	}
