@@ -17,7 +17,8 @@ func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, e
 	a := &attempt{n: n, r: r, keys: n.keys(r.Key)}
 	// A lock handed over while we wait starts with at most a queue TTL of
 	// lease, so that if we died meanwhile it is stuck no longer than that;
-	// the watchdog extends it to the full lease at its first renewal.
+	// the watchdog extends it to the full lease at its first renewal (with
+	// replica acknowledgement, the new holder sets it at once: handedOver).
 	a.grantTTL = r.TTL
 	if r.Renew {
 		a.grantTTL = min(r.TTL, n.queueTTL)

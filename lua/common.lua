@@ -4,7 +4,7 @@
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
 --           (and ':ext', see extend.lua)
 --   KEYS[2] fence counter: the last fencing token issued for the lock,
---           for FENCE_RETENTION_MS from its creation
+--           kept for FENCE_RETENTION_MS (see retention)
 --   KEYS[3] queue: sorted set of waiting tokens, scored by arrival
 --   KEYS[4] waiters: hash token -> "deadline_ms lease_ms client meta"
 --   KEYS[5] wake channel prefix: hand-over messages "token fence" go to
@@ -19,8 +19,9 @@ local function clock()
 end
 
 -- FENCE_RETENTION_MS is how long a fence counter lives: 24 hours from its
--- creation (a grant that finds it ahead of the clock starts the 24 hours
--- again), after which the next grant starts a new one. So a name locked
+-- creation (a grant that finds it ahead of the clock sets its expiry
+-- again, to at least this: see retention), after which the next grant
+-- starts a new one. So a name locked
 -- once does not stay in Redis forever. A counter that expired, like one
 -- lost in a failover, is covered by the time floor of the fence (below).
 local FENCE_RETENTION_MS = 86400000
@@ -97,10 +98,11 @@ local function waiter(head, now_ms)
   if not entry then return nil end
   local deadline, lease, client, meta = string.match(entry, '^(%d+) (%d+) (%S+) (.*)$')
   if not deadline or tonumber(deadline) <= now_ms then return nil end
-  -- A lease PEXPIRE would refuse (out of range, or digits it does not
-  -- read, as '007') or that would delete the lock at once (0) is a corrupt
-  -- entry: handing it the lock would fail the hand-over half way, or grant
-  -- a lock that is gone. It counts as expired.
+  -- A lease PEXPIRE would refuse (out of range) or that would delete the
+  -- lock at once (0) is a corrupt entry: handing it the lock would fail
+  -- the hand-over half way, or grant a lock that is gone. It counts as
+  -- expired. Digits PEXPIRE does not read ('007') are passed on as the
+  -- number they are.
   local ms = tonumber(lease)
   if ms < 1 or ms >= 2^53 then return nil end
   return string.format('%.0f', ms), meta, client
