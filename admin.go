@@ -138,8 +138,9 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 // ErrWrongType for it), since telling those apart costs a command per key;
 // Inspect each name for the locks' state. A pattern that leaves a
 // character class open, as Redis reads it ('[' without its ']', or whose
-// ']' ends a range: "a[b-]") is an error wrapping ErrInvalidOption. On a Client made by redlock.New it returns an error
-// wrapping errors.ErrUnsupported.
+// ']' ends a range: "a[b-]") is an error wrapping ErrInvalidOption. On a
+// Client made by redlock.New it returns an error wrapping
+// errors.ErrUnsupported.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	n, err := c.admin("*")
 	if err != nil {

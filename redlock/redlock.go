@@ -103,8 +103,8 @@ type Config struct {
 	// one address (or two ClusterClients of the same seed addresses) are
 	// refused, but two names of one server (localhost and 127.0.0.1, two
 	// DNS names) and two FailoverClients of one master are not detected,
-	// and that server's vote would count twice: list each server once. Configure them
-	// with ContextTimeoutEnabled: a request to a node that hangs is not
+	// and that server's vote would count twice: list each server once.
+	// Configure them with ContextTimeoutEnabled: a request to a node that hangs is not
 	// waited for after the per-node timeout, but go-redis only abandons it
 	// at the context's deadline with ContextTimeoutEnabled, else at its
 	// ReadTimeout, and Close waits for it. And with MaxRetries -1 and

@@ -61,7 +61,7 @@ func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User != nil {
 			if _, ok := u.User.Password(); !ok {
-				u.User = url.User(redacted) // a lone userinfo: see secrets
+				u.User = url.User(redacted) // a lone userinfo: see redact
 				return u.String()
 			}
 		}
