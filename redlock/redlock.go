@@ -104,10 +104,10 @@ type Config struct {
 	// refused, but two names of one server (localhost and 127.0.0.1, two
 	// DNS names) and two FailoverClients of one master are not detected,
 	// and that server's vote would count twice: list each server once.
-	// Configure them with ContextTimeoutEnabled: a request to a node that hangs is not
-	// waited for after the per-node timeout, but go-redis only abandons it
-	// at the context's deadline with ContextTimeoutEnabled, else at its
-	// ReadTimeout, and Close waits for it. And with MaxRetries -1 and
+	// Configure them with ContextTimeoutEnabled: a request to a node that
+	// hangs is not waited for after the per-node timeout, but go-redis only
+	// abandons it at the context's deadline with ContextTimeoutEnabled,
+	// else at its ReadTimeout, and Close waits for it. And with MaxRetries -1 and
 	// DialerRetries 1: Redlock retries whole attempts, and go-redis's own
 	// retries make a dead node cost the whole per-node timeout.
 	Nodes []redis.UniversalClient
