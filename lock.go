@@ -154,7 +154,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // An Unlock whose ctx has already ended (a deferred Unlock with a request's
 // context, say) still sends the release, and waits for it up to 1 s (a
 // Redlock Client, its per-node timeout of releases), rather than leave the
-// lock held until its lease runs out.
+// lock held until its lease runs out. go-redis honours that deadline only
+// with Options.ContextTimeoutEnabled; without it a Redis that does not
+// answer is waited for up to the client's ReadTimeout, and more.
 //
 // go-redis itself runs a command again when the connection breaks before
 // its reply (Options.MaxRetries, 3 by default). A release that had run is
