@@ -99,16 +99,19 @@ func Check(holds []*Hold, o Options) Result {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Start.Before(hs[j].Start) })
 		for i, a := range hs {
 			for _, b := range hs[i+1:] {
-				if b.Start.After(a.End) {
-					// Successive: fences must increase.
+				// Successive: fences must increase.
+				fenceOrder := func(end time.Time) {
 					excused := restartBetween(a.Call, b.Start)
 					if excused && o.ClockFencesAcrossRestarts && b.Call.After(a.End) {
 						excused = false
 					}
 					if b.Fence <= a.Fence && !excused {
 						problem("key %s: fence went from %d (client %d, %s) to %d (client %d, %s) although the first ended %v before the second began",
-							key, a.Fence, a.Client, a.Via, b.Fence, b.Client, b.Via, b.Start.Sub(a.End))
+							key, a.Fence, a.Client, a.Via, b.Fence, b.Client, b.Via, b.Start.Sub(end))
 					}
+				}
+				if b.Start.After(a.End) {
+					fenceOrder(a.End)
 					continue
 				}
 				if a.Token == b.Token {
@@ -116,7 +119,12 @@ func Check(holds []*Hold, o Options) Result {
 				}
 				res.Overlaps++
 				if !a.TrustedAny || !b.TrustedAny || !b.Start.Before(a.TrustedEnd) {
-					continue // only the watchdog's lateness, not the lease
+					// Only the watchdog's lateness, not the lease: the
+					// leases were successive all the same.
+					if a.TrustedAny && b.TrustedAny {
+						fenceOrder(a.TrustedEnd)
+					}
+					continue
 				}
 				if restartBetween(a.Call, b.Start) {
 					res.Excused++

@@ -74,3 +74,25 @@ func TestCheckFencesAcrossRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFenceAfterTrustedEnd: the second hold began after the first's
+// trusted end but while the first's Context was still live (its watchdog
+// late, as on a loaded machine). The leases did not overlap, so the second
+// must have the larger fence: a fence that did not grow is a problem.
+func TestCheckFenceAfterTrustedEnd(t *testing.T) {
+	t0 := time.Now()
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	for _, tc := range []struct {
+		fence    uint64
+		problems int
+	}{{1, 1}, {2, 0}} {
+		holds := []*Hold{
+			{Key: "k", Token: "a", Fence: 1, Via: "lock", Call: ms(0), Start: ms(5), End: ms(70), TrustedEnd: ms(50), TrustedAny: true},
+			{Key: "k", Token: "b", Fence: tc.fence, Via: "lock", Call: ms(10), Start: ms(60), End: ms(100), TrustedEnd: ms(100), TrustedAny: true},
+		}
+		res := Check(holds, Options{Logf: t.Logf})
+		if len(res.Problems) != tc.problems {
+			t.Errorf("second fence %d: problems %q, want %d", tc.fence, res.Problems, tc.problems)
+		}
+	}
+}

@@ -142,6 +142,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 		}
 		if err != nil {
+			// The end of src (a close or reset by its peer) is held
+			// like a chunk: a frozen proxy is a partition.
+			p.mu.Lock()
+			thaw := p.thaw
+			p.mu.Unlock()
+			<-thaw
 			return
 		}
 	}
