@@ -83,7 +83,9 @@ func TestMajorityDown(t *testing.T) {
 	cl := startCluster(t, 5)
 	holder, other := cl.locker(t), cl.patientLocker(t)
 	ctx := context.Background()
-	const lease = 400 * time.Millisecond
+	// Long enough that a quarter of it covers a loaded machine's late
+	// wake-up of the watchdog (a 400 ms lease once missed it by 164 ms).
+	const lease = time.Second
 	l := mustLock(t, holder, "job", dlock.WithTTL(lease))
 	for _, i := range []int{0, 2, 4} {
 		cl.srvs[i].Kill(t)
