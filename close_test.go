@@ -264,11 +264,11 @@ func TestCloseFromObserverCallbacks(t *testing.T) {
 		other     []LockOption // a second lock, if any
 		closeHere bool
 	}{
-		{"Lost/lease ran out", "lost", []LockOption{WithTTL(30 * time.Millisecond), WithoutRenewal()}, nil, false},
+		{"Lost/lease ran out", "lost", []LockOption{WithTTL(200 * time.Millisecond), WithoutRenewal()}, nil, false},
 		// The other lock's renewal is due (0.5-1 s) when this lease runs
 		// out (0.76 s): the scan counts the renewal before Lost is called.
 		{"Lost/with a renewal due", "lost", []LockOption{WithTTL(770 * time.Millisecond), WithoutRenewal()}, []LockOption{WithTTL(3 * time.Second)}, false},
-		{"Renew", "renew", []LockOption{WithTTL(60 * time.Millisecond)}, nil, false},
+		{"Renew", "renew", []LockOption{WithTTL(300 * time.Millisecond)}, nil, false},
 		// Both renewals in one batch: the one reported after Close (which
 		// reported both locks lost) is not reported.
 		{"Renew/with another in the batch", "renew", []LockOption{WithTTL(300 * time.Millisecond)}, []LockOption{WithTTL(300 * time.Millisecond)}, false},

@@ -128,7 +128,7 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	// An unrelated process gets bg's PID (forced here via ns_last_pid; on
 	// a busy machine it happens by itself once PIDs wrap).
 	var victim *exec.Cmd
-	for i := 0; i < 200 && victim == nil; i++ {
+	for i := 0; i < 2000 && victim == nil; i++ { // other processes starting meanwhile take it first
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(bg-1)), 0); err != nil {
 			t.Fatalf("cannot force PID reuse: %v", err)
 		}
