@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1170,5 +1172,121 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 				t.Fatalf("the lock is still held on the promoted master after Unlock")
 			}
 		})
+	}
+}
+
+// On Redis Cluster a waited lock's pub/sub connection is closed when its
+// channel has lingered unused. If that connection is being made again to
+// a master that does not answer (go-redis dials it holding the PubSub's
+// lock), the close waits for the dial: it must not do so holding the
+// lock every other channel's hand-over needs.
+func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	hung := cl.Nodes[1].Addr()
+	var blocking atomic.Bool
+	dialing := make(chan struct{})
+	var dialingOnce sync.Once
+	release := make(chan struct{})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hung && blocking.Load() {
+				dialingOnce.Do(func() { close(dialing) })
+				select { // a master that does not answer the dial
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); _ = cc.Close() })
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	w := c.be.(*node).wake
+	w.mu.Lock()
+	w.linger = 10 * time.Millisecond
+	w.mu.Unlock()
+	holder := newClientOn(t, cl.Client(t))
+	ctx := context.Background()
+
+	byMaster := keysPerMaster(t, cl, cc, c, "closehung:", 1)
+	healthy := cl.Nodes[0].Addr()
+	a, b := byMaster[healthy][0], byMaster[hung][0]
+	la := mustLock(t, holder, a, WithTTL(time.Minute))
+	lb := mustLock(t, holder, b, WithTTL(time.Minute))
+	defer lb.Unlock(ctx)
+
+	subscribed := func(addr, key string) {
+		t.Helper()
+		nc := redis.NewClient(&redis.Options{Addr: addr})
+		defer nc.Close()
+		ch := c.wakeChannel(key)
+		waitUntil(t, 5*time.Second, "the waiter of "+key+" to subscribe", func() bool {
+			subs, _ := nc.PubSubShardNumSub(ctx, ch).Result()
+			return subs[ch] == 1
+		})
+		waitSubscribed(t, w, ch)
+	}
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	gotB := lockAsync(bctx, c, b)
+	subscribed(hung, b)
+	gotA := lockAsync(ctx, c, a)
+	subscribed(healthy, a)
+
+	// b's master stops answering dials; its pub/sub connection breaks,
+	// and go-redis dials it again.
+	blocking.Store(true)
+	hc := cl.Nodes[1].Client(t)
+	if err := hc.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pub/sub connection to b's master was not dialed again")
+	}
+	// b's waiter gives up; once its channel has lingered, the connection
+	// is closed.
+	cancelB()
+	<-gotB
+	// Closed, or being closed: the close waiting for the dial.
+	waitUntil(t, 10*time.Second, "b's connection to be closed", func() bool {
+		if w.mu.TryLock() {
+			_, open := w.shards[c.wakeChannel(b)]
+			w.mu.Unlock()
+			if !open {
+				return true
+			}
+		}
+		buf := make([]byte, 1<<20)
+		stack := buf[:runtime.Stack(buf, true)]
+		return bytes.Contains(stack, []byte("(*wakeups).unsubscribe")) && bytes.Contains(stack, []byte("(*PubSub).Close"))
+	})
+
+	released := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-gotA:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.l.Unlock(ctx)
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the waiter of a, on a healthy master, held back by the close of b's hung subscription")
+		unblock()
+		r := <-gotA
+		if r.l != nil {
+			_ = r.l.Unlock(ctx)
+		}
 	}
 }

@@ -148,7 +148,15 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			delete(w.channels, channel)
 			sh.count--
 			if w.shards[sh.name] == sh {
-				w.dropShardIfEmpty(sh)
+				if sh.count == 0 {
+					w.dropShardIfEmpty(sh)
+				} else {
+					// go-redis keeps a channel whose subscription failed
+					// in the PubSub's set, and subscribes it again on the
+					// next reconnection: take it out, or it stays
+					// subscribed with no waiter.
+					w.unsubscribeConn(sh, channel, sharded)
+				}
 			}
 			return nil, err
 		}
@@ -237,7 +245,10 @@ func (w *wakeups) dropShardIfEmpty(sh *shard) {
 	delete(w.shards, sh.name)
 	stopRetry(sh)
 	close(sh.stop)
-	_ = sh.ps.Close()
+	// Not under mu: go-redis may be dialing the connection again, holding
+	// the PubSub's lock, to a master that does not answer; Close waits
+	// for that, and every other channel's hand-overs would wait with it.
+	go sh.ps.Close()
 }
 
 // stopRetry cancels sh's pending resubscription. Called with mu held.
@@ -278,9 +289,14 @@ func (w *wakeups) unsubscribe(channel string, cs *channelSubs) {
 		w.dropShardIfEmpty(sh)
 		return
 	}
+	w.unsubscribeConn(sh, channel, w.sharded != nil && *w.sharded)
+}
+
+// unsubscribeConn unsubscribes channel on sh's connection. Called with mu held.
+func (w *wakeups) unsubscribeConn(sh *shard, channel string, sharded bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if w.sharded != nil && *w.sharded {
+	if sharded {
 		_ = sh.ps.SUnsubscribe(ctx, channel)
 	} else {
 		_ = sh.ps.Unsubscribe(ctx, channel)

@@ -352,3 +352,79 @@ func TestWakeReconnectRefusedByServerBacksOff(t *testing.T) {
 		})
 	}
 }
+
+// A subscription that fails (its context ended while it was being sent)
+// is dropped by wakeups, but go-redis keeps the channel in the PubSub's
+// set and subscribes it again on the next reconnection: the server then
+// holds a subscription no waiter uses, which no linger ever ends.
+func TestFailedSubscribeLeavesNoSubscriptionBehind(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	w, keep := lingeringChannel(t, c, "keep") // the shared connection is up
+	gone := c.keys("gone").channel
+
+	before := time.Now()
+	dead, cancel := context.WithDeadline(ctx, before.Add(-time.Second))
+	defer cancel()
+	if wt, err := w.subscribe(dead, gone, "tok", before); err == nil {
+		wt.leave()
+		t.Fatal("subscribe with an ended context succeeded")
+	}
+	// The failed write broke the shared connection: wait until the
+	// lingering channel is subscribed again on a new one.
+	waitUntil(t, 5*time.Second, "the shared connection to be subscribed again", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		cs := w.channels[keep]
+		return cs != nil && cs.isReady && cs.lost.After(before)
+	})
+	subs, err := rdb.PubSubShardNumSub(ctx, gone).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs[gone] != 0 {
+		t.Errorf("the failed channel %s is subscribed on the server (%d) with no waiter", gone, subs[gone])
+	}
+}
+
+// Whether a hand-over goes by SPUBLISH depends on the ACL of the user
+// whose release runs the script, while the kind of subscription is chosen
+// by what the waiter's own user may do. A waiter whose user may not
+// SPUBLISH subscribes with SUBSCRIBE; a holder whose user may SPUBLISH
+// hands over with SPUBLISH alone, which the waiter never hears: it sleeps
+// until its next check.
+func TestHandOverWakesWaiterOfAUserDeniedSPUBLISH(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	for _, u := range [][]any{
+		{"holder", "on", ">pw", "~*", "&*", "+@all"},
+		{"waiter", "on", ">pw", "~*", "&*", "+@all", "-spublish"},
+	} {
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, u...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dial := func(user string) *redis.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "pw"})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	// The waiter re-checks only every 20 s: a prompt wake-up can only
+	// come from the hand-over message.
+	holder := newClientOn(t, dial("holder"), WithQueueTTL(time.Minute))
+	waiter := newClientOn(t, dial("waiter"), WithQueueTTL(time.Minute))
+	l := mustLock(t, holder, "mixed")
+	got := lockAsync(ctx, waiter, "mixed", WithRetry(FixedRetry(time.Hour, 0)))
+	waitQueuedAndSubscribed(t, admin, waiter, "mixed")
+	waitSubscribed(t, waiter.be.(*node).wake, waiter.wakeChannel("mixed"))
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := receiveLock(t, got, 30*time.Second, "the waiter to get the lock")
+	if d := time.Since(released); d > time.Second {
+		t.Errorf("waiter woke %v after the release", d.Round(time.Millisecond))
+	}
+	_ = l2.Unlock(ctx)
+}

@@ -177,8 +177,11 @@ local function hand_over(now_ms, now_us)
       -- before 7.0 lack it and get the classic command. pcall both: the
       -- hand-over stands even if the server refuses the message (an ACL
       -- without the channel); the waiter finds it at its next check.
+      -- A SPUBLISH nobody heard goes by PUBLISH too: the waiter's Client
+      -- subscribes with SUBSCRIBE where its own user may not SPUBLISH,
+      -- whatever this user's ACL lets this script do.
       local sent = redis.pcall('SPUBLISH', channel, msg)
-      if type(sent) == 'table' and sent.err then
+      if type(sent) ~= 'number' or sent == 0 then
         redis.pcall('PUBLISH', channel, msg)
       end
       return head, fence, tonumber(lease)
