@@ -1001,6 +1001,20 @@ func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
 	}
 }
 
+// heldOnTwoMasters has holder lock, for a minute, a key on the healthy
+// master (cl.Nodes[0]) and one on the hung one, both named with prefix as
+// c's client cc routes them; the second is unlocked when the test ends.
+func heldOnTwoMasters(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient, c, holder *Client, prefix, hung string) (healthy, a, b string, la *Lock) {
+	t.Helper()
+	byMaster := keysPerMaster(t, cl, cc, c, prefix, 1)
+	healthy = cl.Nodes[0].Addr()
+	a, b = byMaster[healthy][0], byMaster[hung][0]
+	la = mustLock(t, holder, a, WithTTL(time.Minute))
+	lb := mustLock(t, holder, b, WithTTL(time.Minute))
+	t.Cleanup(func() { _ = lb.Unlock(context.Background()) })
+	return healthy, a, b, la
+}
+
 // On Redis Cluster each waited lock has a pub/sub connection of its own,
 // opened when its first waiter subscribes. A master that stops answering
 // just then (busy with a slow command, or cut off from this client) must
@@ -1014,12 +1028,7 @@ func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	holder := newClientOn(t, cl.Client(t))
 	ctx := context.Background()
 
-	byMaster := keysPerMaster(t, cl, cc, c, "subhung:", 1)
-	healthy := cl.Nodes[0].Addr()
-	a, b := byMaster[healthy][0], byMaster[hung][0]
-	la := mustLock(t, holder, a, WithTTL(time.Minute))
-	lb := mustLock(t, holder, b, WithTTL(time.Minute))
-	defer lb.Unlock(ctx)
+	healthy, a, b, la := heldOnTwoMasters(t, cl, cc, c, holder, "subhung:", hung)
 
 	// A waiter for a, subscribed on its healthy master.
 	gotA := lockAsync(ctx, c, a)
@@ -1213,12 +1222,7 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 	holder := newClientOn(t, cl.Client(t))
 	ctx := context.Background()
 
-	byMaster := keysPerMaster(t, cl, cc, c, "closehung:", 1)
-	healthy := cl.Nodes[0].Addr()
-	a, b := byMaster[healthy][0], byMaster[hung][0]
-	la := mustLock(t, holder, a, WithTTL(time.Minute))
-	lb := mustLock(t, holder, b, WithTTL(time.Minute))
-	defer lb.Unlock(ctx)
+	healthy, a, b, la := heldOnTwoMasters(t, cl, cc, c, holder, "closehung:", hung)
 
 	subscribed := func(addr, key string) {
 		t.Helper()
