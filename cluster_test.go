@@ -1184,19 +1184,18 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 	}
 }
 
-// On Redis Cluster a waited lock's pub/sub connection is closed when its
-// channel has lingered unused. If that connection is being made again to
-// a master that does not answer (go-redis dials it holding the PubSub's
-// lock), the close waits for the dial: it must not do so holding the
-// lock every other channel's hand-over needs.
-func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	hung := cl.Nodes[1].Addr()
+// hungDialCluster returns a client of cl, and hangRedial, which makes one
+// master (hung, cl.Nodes[1]) stop answering the client's dials, breaks the
+// pub/sub connections to it, and returns once go-redis dials one again.
+// unblock lets the dials through (also at cleanup).
+func hungDialCluster(t *testing.T, cl *redistest.Cluster) (cc *redis.ClusterClient, hung string, hangRedial, unblock func()) {
+	t.Helper()
+	hung = cl.Nodes[1].Addr()
 	var blocking atomic.Bool
 	dialing := make(chan struct{})
 	var dialingOnce sync.Once
 	release := make(chan struct{})
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
+	cc = redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cl.Addrs(),
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr == hung && blocking.Load() {
@@ -1212,8 +1211,31 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 		},
 	})
 	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	unblock = func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(func() { unblock(); _ = cc.Close() })
+	hangRedial = func() {
+		t.Helper()
+		blocking.Store(true)
+		if err := cl.Nodes[1].Client(t).ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-dialing:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the pub/sub connection to the hung master was not dialed again")
+		}
+	}
+	return cc, hung, hangRedial, unblock
+}
+
+// On Redis Cluster a waited lock's pub/sub connection is closed when its
+// channel has lingered unused. If that connection is being made again to
+// a master that does not answer (go-redis dials it holding the PubSub's
+// lock), the close waits for the dial: it must not do so holding the
+// lock every other channel's hand-over needs.
+func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc, hung, hangRedial, unblock := hungDialCluster(t, cl)
 	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
 	w := c.be.(*node).wake
 	w.mu.Lock()
@@ -1244,16 +1266,7 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 
 	// b's master stops answering dials; its pub/sub connection breaks,
 	// and go-redis dials it again.
-	blocking.Store(true)
-	hc := cl.Nodes[1].Client(t)
-	if err := hc.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-dialing:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the pub/sub connection to b's master was not dialed again")
-	}
+	hangRedial()
 	// b's waiter gives up; once its channel has lingered, the connection
 	// is closed.
 	cancelB()
@@ -1293,4 +1306,41 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 			_ = r.l.Unlock(ctx)
 		}
 	}
+}
+
+// Client.Close stops the pub/sub connections. If one of them is being
+// dialed again to a master that does not answer (go-redis holds the
+// PubSub's lock while it dials), Close must not wait for that dial: the
+// doc promises 5 s at most in all when Redis does not answer.
+func TestClusterCloseNotHeldByAHungSubscription(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc, hung, hangRedial, unblock := hungDialCluster(t, cl)
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	w := c.be.(*node).wake
+	holder := newClientOn(t, cl.Client(t))
+	ctx := context.Background()
+
+	_, _, b, _ := heldOnTwoMasters(t, cl, cc, c, holder, "closeclienthung:", hung)
+
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	gotB := lockAsync(bctx, c, b)
+	waitSubscribed(t, w, c.wakeChannel(b))
+
+	hangRedial()
+
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(6 * time.Second):
+		t.Error("Client.Close held by the redial of a hung pub/sub connection")
+		unblock()
+		<-closed
+	}
+	cancelB()
+	<-gotB
 }

@@ -509,12 +509,25 @@ func (w *wakeups) close() {
 	for _, sh := range shards {
 		stopRetry(sh)
 		close(sh.stop)
-		_ = sh.ps.Close()
+		// Not under mu, and not waited for without bound: go-redis may
+		// be dialing the connection again, holding the PubSub's lock, to
+		// a master that does not answer (see dropShardIfEmpty).
+		go sh.ps.Close()
 	}
 	w.mu.Unlock()
+	// A reader still held by such a dial ends with it.
+	timer := time.NewTimer(closeReadersWait)
+	defer timer.Stop()
 	for _, sh := range shards {
 		if sh.reading {
-			<-sh.done
+			select {
+			case <-sh.done:
+			case <-timer.C:
+				return
+			}
 		}
 	}
 }
+
+// closeReadersWait bounds how long close waits for the read goroutines.
+const closeReadersWait = time.Second
