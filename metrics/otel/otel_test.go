@@ -25,7 +25,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	srv := redistest.StartMain() // for the Example
+	os.Setenv("REDIS_ADDR", srv.Addr())
 	code := m.Run()
+	srv.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -191,6 +194,30 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	// releases: order x3, invoice x3 (inner, holder, waiter), job x2.
 	if acquires != 8 || releases != 8 || slow != 1 {
 		t.Errorf("spans: %d acquire (want 8), %d release (want 8), %d slow acquire (want 1)", acquires, releases, slow)
+	}
+}
+
+// WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
+// later count as "other".
+func TestKeyGroups(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp),
+		dlockotel.WithMaxGroups(traffic.MaxGroups), dlockotel.WithKeyGroup(traffic.GroupBySlash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := traffic.Start(t, obs).GroupedKeys()
+	got := collect(t, reader, "dlock.acquisitions")
+	if len(got) != len(want) {
+		t.Errorf("points = %v, want groups %v", got, want)
+	}
+	for group, n := range want {
+		a := "dlock.key.group=" + group + ",dlock.mode=lock,dlock.outcome=acquired"
+		if got[a].value != n {
+			t.Errorf("%s = %v, want %v", a, got[a].value, n)
+		}
 	}
 }
 

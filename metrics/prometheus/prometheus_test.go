@@ -136,29 +136,22 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 
 func TestKeyGroups(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	obs, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks"), dlockprom.WithMaxGroups(2),
-		dlockprom.WithKeyGroup(func(key string) string { return strings.SplitN(key, "/", 2)[0] }))
+	obs, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks"),
+		dlockprom.WithMaxGroups(traffic.MaxGroups), dlockprom.WithKeyGroup(traffic.GroupBySlash))
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks := traffic.Start(t, obs).Locks
-	for _, key := range []string{"a/1", "b/1", "c/1", "a/2", "d/1"} {
-		if err := locks.Do(context.Background(), key, func(context.Context) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	gen := traffic.Start(t, obs)
+	locks := gen.Locks
+	want := gen.GroupedKeys()
 	got := scrape(t, reg, "app_locks_acquisitions_total")
-	want := map[string]float64{
-		"group=a,mode=lock,outcome=acquired":     2,
-		"group=b,mode=lock,outcome=acquired":     1,
-		"group=other,mode=lock,outcome=acquired": 2,
-	}
 	if len(got) != len(want) {
-		t.Errorf("series = %v, want %v", got, want)
+		t.Errorf("series = %v, want groups %v", got, want)
 	}
-	for l, v := range want {
-		if got[l].value != v {
-			t.Errorf("%s = %v, want %v", l, got[l].value, v)
+	for group, n := range want {
+		l := "group=" + group + ",mode=lock,outcome=acquired"
+		if got[l].value != n {
+			t.Errorf("%s = %v, want %v", l, got[l].value, n)
 		}
 	}
 	// A key is any bytes: a group that is not valid UTF-8 must not make

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,4 +189,25 @@ func (g *Generator) CheckInvoiceWaits(count, sum float64) {
 	if count != 2 || sum < Wait.Seconds() {
 		g.t.Errorf("wait histogram of invoice: count %v, sum %v s; want 2 waits, one of %v or more", count, sum, Wait)
 	}
+}
+
+// MaxGroups is the cap on groups a test of GroupedKeys sets (WithMaxGroups).
+const MaxGroups = 2
+
+// GroupBySlash is the key-group function a test of GroupedKeys sets
+// (WithKeyGroup): a key's text before its first '/'.
+func GroupBySlash(key string) string { return strings.SplitN(key, "/", 2)[0] }
+
+// GroupedKeys locks and releases, one after another, keys of the groups a,
+// b, c, a and d under GroupBySlash, and returns the acquisitions each
+// group label must then count under a cap of MaxGroups: c and d come after
+// the cap, so they count as "other".
+func (g *Generator) GroupedKeys() (want map[string]float64) {
+	g.t.Helper()
+	for _, key := range []string{"a/1", "b/1", "c/1", "a/2", "d/1"} {
+		if err := g.Locks.Do(context.Background(), key, func(context.Context) error { return nil }); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	return map[string]float64{"a": 2, "b": 1, "other": 2}
 }
