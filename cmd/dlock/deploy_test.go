@@ -26,6 +26,28 @@ func TestClusterAndSentinel(t *testing.T) {
 		g := redistest.StartSentinelGroup(t, 0, 1)
 		checkDeployment(t, g.FailoverClient(t), "--sentinel-master", g.MasterName, "--sentinel", strings.Join(g.SentinelAddrs(), ","))
 	})
+	// Sentinels that ask for a password get it from
+	// $DLOCK_SENTINEL_PASSWORD, which is never printed.
+	t.Run("sentinel password", func(t *testing.T) {
+		t.Parallel()
+		g := redistest.StartSentinelGroup(t, 0, 1)
+		const pw = "sentinel-s3cret"
+		if err := g.SentinelClient(t, 0).Process(context.Background(),
+			redis.NewStatusCmd(context.Background(), "ACL", "SETUSER", "default", "resetpass", ">"+pw)); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"--sentinel-master", g.MasterName, "--sentinel", strings.Join(g.SentinelAddrs(), ","), "list"}
+		r := dlockRun(t, nil, args...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "NOAUTH") {
+			t.Errorf("without the password: exit %d, want %d with NOAUTH\nstderr:\n%s", r.code, exitUnavailable, r.stderr)
+		}
+		dlockRun(t, baseEnv(envSentinelPassword+"="+pw), args...).want(t, 0)
+		const wrong = "not-the-s3cret"
+		r = dlockRun(t, baseEnv(envSentinelPassword+"="+wrong), args...)
+		if r.code != exitUnavailable || strings.Contains(r.stderr, wrong) {
+			t.Errorf("with a wrong password: exit %d, want %d, and the password not printed\nstderr:\n%s", r.code, exitUnavailable, r.stderr)
+		}
+	})
 }
 
 // checkDeployment holds locks on several keys (spread over the slots of a
