@@ -255,6 +255,13 @@ func TestOutputWriteErrorFails(t *testing.T) {
 		{"--redis", url, "list"},
 		{"--redis", url, "list", "--long"},
 		{"version"},
+		// What cobra prints itself.
+		{"--version"},
+		{"--help"},
+		{"help"},
+		{"help", "run"},
+		{"run", "--help"},
+		{"completion", "bash"},
 		{"--redis", url, "bench", "--duration", "100ms", "--goroutines", "1", "--workers", "0"},
 		{"--redis", url, "bench", "--duration", "100ms", "--goroutines", "0", "--workers", "2", "--json"},
 		{"--redis", url, "demo", "--workers", "2", "--increments", "1", "--lease", "100ms"},
@@ -269,8 +276,8 @@ func TestOutputWriteErrorFails(t *testing.T) {
 		cmd.Env, cmd.Stdout, cmd.Stderr = baseEnv(), full, &stderr
 		err = cmd.Run()
 		full.Close()
-		if code := cmd.ProcessState.ExitCode(); code != exitFailure {
-			t.Errorf("dlock %s > /dev/full: exit status %d (%v), want %d\nstderr: %s", strings.Join(args, " "), code, err, exitFailure, stderr.String())
+		if code := cmd.ProcessState.ExitCode(); code != exitFailure || !strings.Contains(stderr.String(), "dlock: writing the output: ") {
+			t.Errorf("dlock %s > /dev/full: exit status %d (%v), want %d and the write error\nstderr: %s", strings.Join(args, " "), code, err, exitFailure, stderr.String())
 		}
 	}
 }

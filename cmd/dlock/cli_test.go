@@ -64,6 +64,23 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
+// Shell completion prints one candidate a line, its description after a
+// tab: a lock name with a newline or a tab would become other, wrong
+// candidates. Such names are left out; the others still complete.
+func TestCompletionSkipsNamesThatBreakTheProtocol(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	for _, key := range []string{"odd\nname", "odd\tname", "odd\x1b[2J", "odd name"} {
+		if _, err := c.Lock(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := dlockRun(t, nil, "__complete", "--redis", url, "inspect", "odd").want(t, 0)
+	if got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); len(got) != 2 || got[0] != "odd name" || got[1] != ":4" {
+		t.Errorf("completion of inspect odd: %q", r.stdout)
+	}
+}
+
 // TestNodeAddressWithoutPort: a --cluster or --sentinel address is
 // host:port (go-redis has no default port for them). One without a port
 // is a usage error before connecting, with a line that names it, not "Redis

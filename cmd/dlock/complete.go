@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 )
@@ -15,7 +17,8 @@ const completeTimeout = 2 * time.Second
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
 // completeKeys completes a lock name from the locks held now. It prints
-// nothing if Redis cannot be reached.
+// nothing if Redis cannot be reached. A name with a control character is
+// left out (see completable).
 func (a *app) completeKeys(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
@@ -35,5 +38,15 @@ func (a *app) completeKeys(cmd *cobra.Command, args []string, toComplete string)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return names, cobra.ShellCompDirectiveNoFileComp
+	return slices.DeleteFunc(names, func(n string) bool { return !completable(n) }), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completable reports whether a lock name can be offered to the shell. The
+// completion protocol is one candidate a line, its description after a tab,
+// so a newline or tab in a name would split it into other, wrong
+// candidates, and an escape sequence would reach the terminal. Quoting it
+// (keyText) would not help: the shell inserts a candidate as it is, and the
+// quoted text names another lock. Such a name must be typed.
+func completable(name string) bool {
+	return !strings.ContainsFunc(name, unicode.IsControl)
 }

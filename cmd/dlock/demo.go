@@ -43,7 +43,8 @@ func (a *app) demoCmd() *cobra.Command {
 With no --redis (nor $DLOCK_REDIS_URL, --sentinel or --cluster) it starts a
 private redis-server from $PATH on a free loopback port and stops it at the
 end. On your own server it uses keys under a random demo name and deletes them.
-The exit status is 0 if every check passed, 1 if one failed.`,
+The exit status is 0 if every check passed, 1 if one failed, 69 if Redis
+failed meanwhile.`,
 		Example: `  dlock demo
   dlock demo --workers 8 --increments 100
   dlock demo --redis redis://localhost:6379/15`,

@@ -75,7 +75,7 @@ func (w *workerProc) next(ctx context.Context, want string) (workerEvent, error)
 	case e, ok := <-w.events:
 		if !ok {
 			<-w.done
-			return e, fmt.Errorf("worker %s exited (%v) before %q: %s", w.name, w.cmd.ProcessState, want, strings.TrimSpace(w.stderr.String()))
+			return e, w.failed(fmt.Errorf("worker %s exited (%v) before %q: %s", w.name, w.cmd.ProcessState, want, strings.TrimSpace(w.stderr.String())))
 		}
 		if e.Event != want {
 			return e, fmt.Errorf("worker %s said %q, expected %q", w.name, e.Event, want)
@@ -99,12 +99,22 @@ func (w *workerProc) wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 		if !w.cmd.ProcessState.Success() {
-			return fmt.Errorf("worker %s failed (%v): %s", w.name, w.cmd.ProcessState, strings.TrimSpace(w.stderr.String()))
+			return w.failed(fmt.Errorf("worker %s failed (%v): %s", w.name, w.cmd.ProcessState, strings.TrimSpace(w.stderr.String())))
 		}
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// failed is err, the error of a worker that has exited, with exit status 69
+// if the worker's was (Redis failed): the demo then exits as any command
+// does when Redis goes away.
+func (w *workerProc) failed(err error) error {
+	if w.cmd.ProcessState.ExitCode() == exitUnavailable {
+		return exitf(exitUnavailable, "demo: %v", err)
+	}
+	return err
 }
 
 // signal sends sig to the worker.

@@ -124,7 +124,7 @@ func (d *demo) runCounters(ctx context.Context, data string, noLock bool) (int, 
 	}
 	total, err := d.c.rdb.Get(ctx, d.dataKey(data)).Int()
 	if err != nil {
-		return 0, nil, fmt.Errorf("reading the counter: %w", err)
+		return 0, nil, exitf(exitUnavailable, "demo: reading the counter: %v", err)
 	}
 	return total, secs, nil
 }
@@ -183,7 +183,7 @@ func (d *demo) frozenScene(ctx context.Context) error {
 	}
 	final, err := d.c.rdb.HGetAll(ctx, resource).Result()
 	if err != nil {
-		return fmt.Errorf("reading the resource: %w", err)
+		return exitf(exitUnavailable, "demo: reading the resource: %v", err)
 	}
 
 	w := d.stdout

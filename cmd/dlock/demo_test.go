@@ -95,3 +95,22 @@ func TestDemoLongLease(t *testing.T) {
 		}
 	})
 }
+
+// Redis going away in the middle of the demo is exit status 69, as for any
+// command, not 1 (a failed check): a worker that fails on Redis exits 69
+// and the demo passes it on.
+func TestDemoRedisGoneExitsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	// Increments enough that the counter scene runs until the server stops.
+	p := start(t, nil, "--redis", redisURL(srv.Addr()), "demo", "--workers", "2", "--increments", "10000000")
+	waitUntil(t, 30*time.Second, "the counter workers to run", func() bool {
+		return len(rdb.Keys(t.Context(), "dlock-demo-*:count-unlocked").Val()) == 1
+	})
+	srv.Stop(t)
+	code := p.wait(t)
+	if got := lines(p.stderr.String()); code != exitUnavailable || len(got) != 1 || !strings.Contains(got[0], "connection refused") {
+		t.Errorf("exit status %d, want %d, and one line naming the Redis error\nstderr: %s", code, exitUnavailable, p.stderr.String())
+	}
+}

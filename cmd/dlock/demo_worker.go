@@ -67,7 +67,13 @@ func (a *app) demoWorkerCmd() *cobra.Command {
 				return usagef("unknown role %q", args[0])
 			}
 			if err != nil {
-				return exitf(exitFailure, "demo worker %s: %v", args[0], err)
+				// Redis failing is exit status 69, as for any command: the
+				// demo passes it on.
+				code := exitUnavailable
+				if errors.As(err, new(notRedisError)) {
+					code = exitFailure
+				}
+				return exitf(code, "demo worker %s: %v", args[0], err)
 			}
 			return nil
 		},
@@ -89,12 +95,23 @@ type demoWorker struct {
 	in  *bufio.Reader
 }
 
-func (w *demoWorker) emit(e workerEvent) error { return w.out.Encode(e) }
+// notRedisError is an error of a worker that is not Redis failing: all the
+// others are.
+type notRedisError struct{ error }
+
+func (w *demoWorker) emit(e workerEvent) error {
+	if err := w.out.Encode(e); err != nil {
+		return notRedisError{fmt.Errorf("telling the demo: %w", err)}
+	}
+	return nil
+}
 
 // awaitLine blocks until the demo writes a line on our stdin.
 func (w *demoWorker) awaitLine() error {
-	_, err := w.in.ReadString('\n')
-	return err
+	if _, err := w.in.ReadString('\n'); err != nil {
+		return notRedisError{fmt.Errorf("waiting for the demo: %w", err)}
+	}
+	return nil
 }
 
 // counter adds 1 to the shared counter n times with a GET then a SET, the
@@ -155,7 +172,7 @@ func (w *demoWorker) stale() error {
 		lostAt <- time.Now()
 	}()
 	if l.Context().Err() != nil {
-		return errors.New("lock lost before it could be checked")
+		return notRedisError{errors.New("lock lost before it could be checked")}
 	}
 	if err := w.emit(workerEvent{Event: "checked", Fence: l.Fence()}); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,11 +27,19 @@ type app struct {
 // are printed as one line on stderr, with any password redacted.
 func execute(args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr, args: args, log: slog.New(slog.DiscardHandler)}
-	root := a.rootCmd()
+	// What cobra prints itself (help, --version, the completion scripts) it
+	// prints without checking: a failed write must still fail dlock, as
+	// the commands' own output does (outputFailed).
+	out := &checkedOutput{w: stdout}
+	root := a.rootCmd(out)
 	root.SetArgs(args)
-	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	if out.err != nil && !errors.As(err, new(*exitError)) {
+		// A plain error is then cobra's of that write (the completion
+		// scripts return it), not a usage error.
+		err = outputFailed(out.err)
+	}
 	if err != nil && err.Error() != "" {
 		fmt.Fprintln(stderr, "dlock: "+a.errorLine(err))
 	}
@@ -82,7 +91,8 @@ func offline(cmd *cobra.Command) bool {
 	return false
 }
 
-func (a *app) rootCmd() *cobra.Command {
+// rootCmd builds the command tree; cobra prints its own output to out.
+func (a *app) rootCmd(out io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlock",
 		Short: "Distributed locks on Redis: run commands under a lock, inspect and release locks",
@@ -114,6 +124,9 @@ interrupted a wait for the lock, demo or bench; 1 anything else.`,
 			return a.conn.validate(cmd)
 		},
 	}
+	// Before InitDefaultCompletionCmd, whose commands keep the output they
+	// find then.
+	root.SetOut(out)
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usagef("%v (see '%s --help')", err, cmd.CommandPath())
@@ -138,7 +151,28 @@ interrupted a wait for the lock, demo or bench; 1 anything else.`,
 			return usagef("completion takes one SHELL: bash, zsh, fish or powershell (see '%s --help')", cmd.CommandPath())
 		}
 	}
+	a.strictHelp(root)
 	return root
+}
+
+// strictHelp makes `dlock help TOPIC` fail on an unknown TOPIC as an
+// unknown command does (exit status 64): cobra's help command prints the
+// usage and exits 0, which a script would take for help found.
+func (a *app) strictHelp(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	help, _, err := root.Find([]string{"help"})
+	if err != nil || help == root {
+		return
+	}
+	show := help.Run
+	help.Run = nil
+	help.RunE = func(cmd *cobra.Command, args []string) error {
+		if c, _, err := root.Find(args); c == nil || err != nil {
+			return usagef("unknown help topic %q for %q (see '%s --help')", strings.Join(args, " "), root.Name(), root.CommandPath())
+		}
+		show(cmd, args)
+		return nil
+	}
 }
 
 // setLogging sends the library's and go-redis's logs to stderr with
