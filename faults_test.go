@@ -187,6 +187,54 @@ func TestRedisRestartWhileHeld(t *testing.T) {
 	}
 }
 
+// With appendonly yes and appendfsync always, a single server that crashes
+// (SIGKILL: no shutdown) restarts with its locks, their absolute expiry and
+// the fence counter, and the holder keeps renewing through the restart
+// (README.md, docs/safety.md). A process crash keeps what Redis wrote to
+// the AOF before replying whatever the fsync policy; "always" is for a
+// crash of the host, which a test cannot cause.
+func TestAOFAlwaysLocksSurviveCrash(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.WithConfig("appendonly", "yes"), redistest.WithConfig("appendfsync", "always"))
+	rdb := srv.Client(t)
+	c, other := newClientOn(t, rdb), newClientOn(t, rdb)
+	held := mustLock(t, c, "renewed", WithTTL(4*time.Second))
+	const fixedTTL = 5 * time.Second
+	fixed := mustLock(t, c, "fixed", WithTTL(fixedTTL), WithoutRenewal())
+	granted := time.Now()
+	fence, err := rdb.Get(ctx, c.keys("fixed").fence).Uint64()
+	if err != nil || fence != fixed.Fence() {
+		t.Fatalf("fence counter before the crash = %d, %v; want %d", fence, err, fixed.Fence())
+	}
+
+	srv.Kill(t)
+	srv.Restart(t)
+
+	// The expiry is absolute: the time the server was down counts.
+	asked := time.Now()
+	if d, err := rdb.PTTL(ctx, c.keys("fixed").lock).Result(); err != nil || d <= 0 || d > fixedTTL-asked.Sub(granted)+time.Millisecond {
+		t.Errorf("lease after the restart = %v, %v; want at most %v", d, err, fixedTTL-asked.Sub(granted))
+	}
+	if n, err := rdb.Get(ctx, c.keys("fixed").fence).Uint64(); err != nil || n != fence {
+		t.Errorf("fence counter after the restart = %d, %v; want %d", n, err, fence)
+	}
+	k := c.keys(held.Key())
+	for range 2 {
+		waitRenewal(t, rdb, k.lock)
+	}
+	if held.Context().Err() != nil || fixed.Context().Err() != nil {
+		t.Fatalf("lock lost across a crash with AOF: %v, %v", context.Cause(held.Context()), context.Cause(fixed.Context()))
+	}
+	for _, l := range []*Lock{held, fixed} {
+		if _, err := other.TryLock(ctx, l.Key()); !errors.Is(err, ErrNotObtained) {
+			t.Errorf("TryLock(%q) after the restart = %v, want ErrNotObtained", l.Key(), err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

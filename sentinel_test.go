@@ -284,6 +284,31 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
+	// The timeout may be up to 3/4 of the client's ReadTimeout, so that
+	// WAIT's reply (up to 100 ms after the timeout) is read before the
+	// deadline: at the bound, a write the replica missed fails with WAIT's
+	// own answer (0 replicas), not a read timeout; past it, New refuses.
+	t.Run("TimeoutBoundByReadTimeout", func(t *testing.T) {
+		const readTimeout = 2 * time.Second
+		bounded := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: readTimeout})
+		t.Cleanup(func() { _ = bounded.Close() })
+		if _, err := New(bounded, WithReplicaAck(1, readTimeout*3/4+time.Millisecond, FailClosed)); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("New with a timeout past 3/4 of ReadTimeout = %v, want ErrInvalidOption", err)
+		}
+		var reports reportLog
+		c := newClientOn(t, bounded, WithReplicaAck(1, readTimeout*3/4, FailClosed), WithReplicaReport(reports.add))
+		replica.Pause(t)
+		defer replica.Resume(t)
+		if _, err := c.TryLock(ctx, "bound"); !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("TryLock = %v, want ErrNotReplicated", err)
+		}
+		reports.mu.Lock()
+		defer reports.mu.Unlock()
+		if len(reports.rs) != 1 || reports.rs[0].Err != nil || reports.rs[0].Acked != 0 {
+			t.Fatalf("reports = %+v, want one with WAIT's answer of 0", reports.rs)
+		}
+	})
+
 	t.Run("Options", func(t *testing.T) {
 		for name, opts := range map[string][]Option{
 			"no replicas":        {WithReplicaAck(0, time.Second, FailClosed)},
@@ -345,13 +370,17 @@ func TestSentinel(t *testing.T) {
 	t.Run("Failover", func(t *testing.T) {
 		fc := g.FailoverClient(t)
 		waitReplicaAcks(t, fc)
-		acked := newClientOn(t, fc, WithReplicaAck(1, time.Second, FailClosed))
+		var renewals lastRenewal
+		const ackTimeout = time.Second
+		acked := newClientOn(t, fc, WithReplicaAck(1, ackTimeout, FailClosed), WithObserver(&renewals))
 		plain := newClientOn(t, g.FailoverClient(t))
 		other := newClientOn(t, g.FailoverClient(t))
 
 		// Before: a lock the replica acknowledged, whose lease outlasts the
 		// failover, and a few fences.
-		survivor := mustLock(t, acked, "survivor", WithTTL(10*time.Second))
+		const lease = 10 * time.Second
+		survivor := mustLock(t, acked, "survivor", WithTTL(lease))
+		granted := time.Now()
 		var maxBefore uint64
 		takeFence := func() {
 			l := mustLock(t, plain, "fenced")
@@ -419,12 +448,79 @@ func TestSentinel(t *testing.T) {
 		if again.Fence() <= unreplicated.Fence() {
 			t.Errorf("fence of the re-granted lock %d <= %d of the lost one", again.Fence(), unreplicated.Fence())
 		}
-		for _, l := range []*Lock{after, again, survivor} {
+		for _, l := range []*Lock{after, again} {
 			if err := l.Unlock(ctx); err != nil {
 				t.Error(err)
 			}
 		}
+
+		// (c) The promoted replica has no replica, so no renewal of the
+		// surviving lock is acknowledged any more: its holder loses it when
+		// the last acknowledged lease runs out (at most lease - drift after
+		// that renewal was sent, which was before its answer), although the
+		// unacknowledged renewals keep it on the master.
+		select {
+		case <-survivor.Done():
+		case <-time.After(2 * lease):
+			t.Fatal("the surviving lock is kept without acknowledged renewals")
+		}
+		lostAt := time.Now()
+		if cause := context.Cause(survivor.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause = %v, want ErrLockLost", cause)
+		}
+		if d := nm.PTTL(ctx, acked.keys("survivor").lock).Val(); d < lease/2 {
+			t.Errorf("the master's lease %v: the unacknowledged renewals did not reach it", d)
+		}
+		// The grant's or renewal's answer came at most ackTimeout after it
+		// was sent; the slack above is for a loaded machine's late watchdog.
+		lastAcked := renewals.at("survivor")
+		if lastAcked.Before(granted) {
+			lastAcked = granted // no renewal before the replica was cut off
+		}
+		deadline := lastAcked.Add(lease - lease/100)
+		if lostAt.Before(deadline.Add(-ackTimeout)) || lostAt.After(deadline.Add(time.Second)) {
+			t.Errorf("lost %v after the last acknowledged renewal, want about %v", lostAt.Sub(lastAcked), lease-lease/100)
+		}
+
+		// (d) Nothing can be locked until a replica is back.
+		if _, err := acked.TryLock(ctx, "no-replica"); !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("TryLock without a replica = %v, want ErrNotReplicated", err)
+		}
+		if info, _ := acked.Inspect(ctx, "no-replica"); info.Held {
+			t.Fatalf("a fail-closed lock is held: %+v", info)
+		}
+		_, port, _ := net.SplitHostPort(newAddr)
+		redistest.Start(t, redistest.WithConfig("replicaof", "127.0.0.1", port))
+		waitReplicaAcks(t, nm)
+		if err := lockAcked(t, acked, "no-replica").Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	})
+}
+
+// lastRenewal records when each lock's last successful renewal answered.
+type lastRenewal struct {
+	NopObserver
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (o *lastRenewal) Renew(e RenewEvent) {
+	if e.Outcome != RenewOK {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last == nil {
+		o.last = map[string]time.Time{}
+	}
+	o.last[e.Key] = time.Now()
+}
+
+func (o *lastRenewal) at(key string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.last[key]
 }
 
 // With FailClosed, a release the replicas did not acknowledge is still a

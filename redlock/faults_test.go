@@ -106,11 +106,22 @@ func TestMajorityDown(t *testing.T) {
 		t.Errorf("cause = %v, want ErrLockLost", cause)
 	}
 
-	for _, try := range []func() error{
-		func() error { _, err := other.TryLock(ctx, "job2"); return err },
-		func() error { _, err := other.Lock(ctx, "job2"); return err }, // gives up, does not hang
+	// Lock gives up, does not hang: after trying for 2 s (docs/safety.md),
+	// then at most one backoff (RetryDelay << 4 = 800 ms) and an attempt
+	// later, with slack for a loaded machine.
+	const tryFor, backoff = 2 * time.Second, redlock.DefaultRetryDelay << 4
+	for _, try := range []struct {
+		call     func() error
+		min, max time.Duration
+	}{
+		{func() error { _, err := other.TryLock(ctx, "job2"); return err }, 0, time.Second},
+		{func() error { _, err := other.Lock(ctx, "job2"); return err }, tryFor, tryFor + backoff + time.Second},
 	} {
-		err := try()
+		start := time.Now()
+		err := try.call()
+		if d := time.Since(start); d < try.min || d > try.max {
+			t.Errorf("gave up after %v, want between %v and %v", d, try.min, try.max)
+		}
 		if !errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("with 3 of 5 down: %v, want ErrNoQuorum", err)
 		}
