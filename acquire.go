@@ -87,7 +87,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		c.ops.Done()
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
 	}
-	h := &hold{lease: g.Lease, fence: g.Fence, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
+	h := &hold{lease: g.Lease, fence: g.Fence, levels: 1, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
 	if x != nil {
 		x.leased = g.Start
 	}
@@ -157,7 +157,9 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if h.ctx.Err() != nil {
 		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
 	}
-	n, err := c.beReenter(ctx, h)
+	n, err := h.changeLevel(func(levels int) (int64, error) {
+		return c.beReenter(ctx, h, levels+1)
+	})
 	if err != nil {
 		return nil, redisError("re-enter", h.lease.Key, err)
 	}
@@ -174,10 +176,10 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 // Only the Redis part: a loss it finds is reported after it (the
 // Observer's Lost may call Close), and a panic in it (a go-redis hook's)
 // ends the call.
-func (c *Client) beReenter(ctx context.Context, h *hold) (int64, error) {
+func (c *Client) beReenter(ctx context.Context, h *hold, level int) (int64, error) {
 	if !c.begin() {
 		return 0, ErrClosed
 	}
 	defer c.ops.Done()
-	return c.beFor(h).Reenter(ctx, h.lease)
+	return c.beFor(h).Reenter(ctx, h.lease, level)
 }

@@ -71,7 +71,7 @@ func (l *Lock) Degraded() bool { return l.h.x != nil && l.h.x.degraded }
 func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.Request, cfg *lockConfig, cause error) (*Lock, error) {
 	x.degraded = true
 	x.count = 1
-	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, ttl: cfg.ttl, x: x.granted()}
+	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, levels: 1, ttl: cfg.ttl, x: x.granted()}
 	// No lease: the watchdog never renews it; it declares it lost at the
 	// max hold (WithMaxHold), if any, and else only at Close.
 	h.deadline = time.Now().Add(100 * 365 * 24 * time.Hour)
@@ -166,8 +166,9 @@ func (d degradedBackend) Release(_ context.Context, _ *backend.Lease, level int)
 	return int64(keep), nil
 }
 
-// Reenter fails with an ended ctx, as a re-entry sent to Redis would.
-func (d degradedBackend) Reenter(ctx context.Context, _ *backend.Lease) (int64, error) {
+// Reenter mirrors lua/reenter.lua, and fails with an ended ctx, as a
+// re-entry sent to Redis would.
+func (d degradedBackend) Reenter(ctx context.Context, _ *backend.Lease, level int) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -176,8 +177,8 @@ func (d degradedBackend) Reenter(ctx context.Context, _ *backend.Lease) (int64, 
 	if d.x.count == 0 {
 		return 0, nil
 	}
-	d.x.count++
-	return int64(d.x.count), nil
+	d.x.count = max(d.x.count, level)
+	return int64(level), nil
 }
 
 func (degradedBackend) Close() error { return nil }

@@ -199,7 +199,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			l.c.releaseEnd(ctx, rctx, l.h, l.level, err)
 		}
 	}()
-	left, err := l.c.release(rctx, l.h, l.level) // hooks.go
+	var left int64
+	var err error
+	if l.level == 1 {
+		// Never held back by an inner level's change: the lock goes.
+		left, err = l.c.release(rctx, l.h, 1) // hooks.go
+	} else {
+		left, err = l.h.changeLevel(func(int) (int64, error) { return l.c.release(rctx, l.h, l.level) })
+	}
 	panicked = false
 	err = l.settleUnlock(left, err, wasLive, wasReleased)
 	l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go

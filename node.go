@@ -204,9 +204,9 @@ func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64,
 	return n.batch.run(ctx, releaseEval, leaseKeys(l).args[:], &l.Token, level).Int64()
 }
 
-// Reenter adds a hold.
-func (n *node) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
-	return reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token).Int64()
+// Reenter raises the hold count to level.
+func (n *node) Reenter(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	return reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, level).Int64()
 }
 
 // Close closes the pub/sub connections. The Redis client stays open: it

@@ -22,6 +22,14 @@ type hold struct {
 
 	x *holdExtra // the optional features' state (hooks.go); nil if none
 
+	// Changes of an inner level (a re-entry, an inner Unlock) go one at a
+	// time (changeLevel), so a request go-redis sends again after a lost
+	// reply meets the count it was meant for, not one that another
+	// goroutine's re-entry has set since. levels is the hold count the
+	// last of them returned (1 at the grant): a re-entry asks for one more.
+	levelMu sync.Mutex
+	levels  int
+
 	// Guarded by watchdog.mu.
 	ttl        time.Duration // the lease each renewal sets
 	renew      bool          // renewal on; false after WithMaxHold ran out
@@ -44,6 +52,19 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 	h.nextRenew = start.Add(d / 3)
 	h.slack = d / 6
 	h.trusted = d
+}
+
+// changeLevel runs change, a re-entry or an inner release, given the hold
+// count last returned, with no other level change of h under way, and
+// records the count it returns.
+func (h *hold) changeLevel(change func(levels int) (int64, error)) (int64, error) {
+	h.levelMu.Lock()
+	defer h.levelMu.Unlock()
+	n, err := change(h.levels)
+	if err == nil && n > 0 {
+		h.levels = int(n)
+	}
+	return n, err
 }
 
 // watchdog renews the held locks of one Client from a single goroutine and

@@ -1,6 +1,11 @@
--- reenter: add one hold for ARGV[1] if it still holds KEYS[1].
--- Returns the new hold count, or 0 when the token no longer holds the lock.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+-- reenter: raise the hold count of ARGV[1] to ARGV[2], the level the
+-- client re-enters at (one above the count it last had back), if ARGV[1]
+-- still holds KEYS[1]. A count already there is this request delivered
+-- twice (go-redis sends it again after a lost reply): done, not one more.
+-- Returns ARGV[2], or 0 when the token no longer holds the lock.
+local count = redis.call('HGET', KEYS[1], ARGV[1])
+if not count then return 0 end
+if tonumber(count) < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
-return 0
+return tonumber(ARGV[2])

@@ -1,13 +1,10 @@
 package redlock_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -821,51 +818,6 @@ func TestFenceNotAnsweredIsNoQuorum(t *testing.T) {
 	}
 }
 
-// lostReply loses, once per node, the reply to a request that contains
-// marker: the node runs the request, but the client sees its connection
-// break before the reply, as after a network blip, and go-redis (with its
-// default MaxRetries) sends the request again.
-type lostReply struct {
-	testutil.PassHook
-	marker []byte
-	left   atomic.Int32 // replies still to lose
-	lost   atomic.Int32 // replies lost
-}
-
-func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cn, err := next(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &lossyConn{Conn: cn, h: h}, nil
-	}
-}
-
-type lossyConn struct {
-	net.Conn
-	h    *lostReply
-	drop atomic.Bool
-}
-
-func (c *lossyConn) Write(p []byte) (int, error) {
-	if bytes.Contains(p, c.h.marker) && c.h.left.Add(-1) >= 0 {
-		c.drop.Store(true)
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *lossyConn) Read(p []byte) (int, error) {
-	if c.drop.Load() {
-		// Read the reply, so that the request has run, and lose it.
-		_, _ = c.Conn.Read(p)
-		c.Conn.Close()
-		c.h.lost.Add(1)
-		return 0, io.EOF
-	}
-	return c.Conn.Read(p)
-}
-
 // A fence store that go-redis delivers twice (its reply was lost, and the
 // client retried it, as acquire.lua expects client-side retries to do) is
 // stored: the second delivery finds the counter at the fence it stored
@@ -880,13 +832,13 @@ func TestFenceStoreDeliveredTwice(t *testing.T) {
 	sum := sha1.Sum(src)
 	marker := []byte(hex.EncodeToString(sum[:]))
 	var nodes []redis.UniversalClient
-	var hooks []*lostReply
+	var hooks []*testutil.LostReply
 	for _, srv := range cl.srvs {
 		// go-redis's default MaxRetries: a request whose reply was lost is
 		// sent again.
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-		h := &lostReply{marker: marker}
-		h.left.Store(1)
+		h := &testutil.LostReply{Marker: marker}
+		h.Left.Store(1)
 		rdb.AddHook(h)
 		t.Cleanup(func() { rdb.Close() })
 		nodes = append(nodes, rdb)
@@ -901,7 +853,7 @@ func TestFenceStoreDeliveredTwice(t *testing.T) {
 	l, err := c.TryLock(ctx, "fence-twice")
 	lost := 0
 	for _, h := range hooks {
-		lost += int(h.lost.Load())
+		lost += int(h.Lost.Load())
 	}
 	if lost == 0 {
 		t.Fatal("no fence reply was lost: the test did not test anything")

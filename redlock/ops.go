@@ -247,7 +247,11 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v >= 0 }
 	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return releaseScript.Run(rctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
+		v, err := releaseScript.Run(rctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
+		if backend.WrongType(err) {
+			return -1, nil // another kind of value: not held there, as for a renewal
+		}
+		return v, err
 	}, func(rs []reply[int64]) bool {
 		v := countVotes(rs, held)
 		return v.yes >= b.quorum || v.no > len(b.nodes)-b.quorum
@@ -271,15 +275,20 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 	return 0, b.errorFrom("unlock", l.Key, rs, held)
 }
 
-// Reenter adds a hold on every node that holds the lock; it needs a
-// majority. It returns the new hold count, or 0 when a majority is lost.
-func (b *redlock) Reenter(ctx context.Context, l *backend.Lease) (int64, error) {
+// Reenter raises the hold count to level on every node that holds the
+// lock; it needs a majority. It returns level, or 0 when a majority is
+// lost.
+func (b *redlock) Reenter(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	d := data(l)
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v > 0 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
 	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return reenterScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
+		v, err := reenterScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token, level).Int64()
+		if backend.WrongType(err) {
+			return 0, nil // another kind of value: not held there, as for a renewal
+		}
+		return v, err
 	}, func(rs []reply[int64]) bool {
 		return b.outcome(tally(rs)) != backend.Unknown
 	})

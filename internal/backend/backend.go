@@ -36,8 +36,10 @@ type Backend interface {
 	// holds left (0: released), or -1 if l does not hold the lock. Releasing
 	// the same level twice must give back only one hold.
 	Release(ctx context.Context, l *Lease, level int) (int64, error)
-	// Reenter adds a hold and returns the new count, or 0 if not held.
-	Reenter(ctx context.Context, l *Lease) (int64, error)
+	// Reenter raises the hold count of l to level (one above the count
+	// last returned) and returns level, or 0 if not held. A count already
+	// at level is left as it is: a request delivered twice adds one hold.
+	Reenter(ctx context.Context, l *Lease, level int) (int64, error)
 	// Close stops the backend's background work.
 	Close() error
 }

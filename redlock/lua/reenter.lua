@@ -1,6 +1,13 @@
--- reenter: add one hold for ARGV[1] if it holds KEYS[1] on this node.
--- Returns the new hold count, or 0 when the token does not hold it here.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+-- reenter: raise the hold count of ARGV[1] on this node to ARGV[2], the
+-- level the client re-enters at (one above the count it last had back), if
+-- ARGV[1] holds KEYS[1] here. A count already there is this request
+-- delivered twice (go-redis sends it again after a lost reply): done, not
+-- one more. A node below ARGV[2] by more than one (it missed a re-entry)
+-- is brought up to it as well.
+-- Returns ARGV[2], or 0 when the token does not hold it here.
+local count = redis.call('HGET', KEYS[1], ARGV[1])
+if not count then return 0 end
+if tonumber(count) < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
-return 0
+return tonumber(ARGV[2])

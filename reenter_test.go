@@ -1,0 +1,129 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
+)
+
+// lossyClient returns a Client whose go-redis client (default MaxRetries:
+// a request whose reply was lost is sent again) loses the reply to the
+// first request of script sha, and the hook, to arm more losses.
+func lossyClient(t *testing.T, srv *redistest.Server, s *redis.Script, sha string) (*Client, *redis.Client, *testutil.LostReply) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	// Every connection is dialed through the hook.
+	h := &testutil.LostReply{Marker: []byte(sha)}
+	rdb.AddHook(h)
+	// Cached, so that the script goes as EVALSHA, which names it.
+	if err := s.Load(context.Background(), rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return newClientOn(t, rdb), rdb, h
+}
+
+// holdCount is the hold count Inspect shows for key.
+func holdCount(t *testing.T, c *Client, key string) int {
+	t.Helper()
+	info, err := c.Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.HoldCount
+}
+
+// A re-entry that go-redis delivers twice (its reply was lost, and the
+// client sent it again) adds one hold, not two.
+func TestReenterDeliveredTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	c, _, h := lossyClient(t, srv, reenterScript, reenterScript.Hash())
+	ctx := context.Background()
+	outer := mustLock(t, c, "reenter-twice")
+	h.Left.Store(1)
+	inner, err := c.Lock(outer.Context(), "reenter-twice")
+	if err != nil {
+		t.Fatalf("re-entry with its reply lost and sent again: %v", err)
+	}
+	if h.Lost.Load() == 0 {
+		t.Fatal("no re-entry reply was lost: the test did not test anything")
+	}
+	if n := holdCount(t, c, "reenter-twice"); n != 2 {
+		t.Errorf("hold count %d after one re-entry delivered twice, want 2", n)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holdCount(t, c, "reenter-twice"); n != 1 {
+		t.Errorf("hold count %d after the inner Unlock, want 1", n)
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := c.Inspect(ctx, "reenter-twice"); info == nil || info.Held {
+		t.Error("still held after the outermost Unlock")
+	}
+}
+
+// An inner Unlock whose release reply is lost, and which go-redis sends
+// again, must not give back the hold of a re-entry made in between (by
+// another goroutine, through the same lock's Context).
+func TestRetriedInnerUnlockKeepsLaterReentry(t *testing.T) {
+	srv := redistest.Start(t)
+	c, _, h := lossyClient(t, srv, releaseEval.script, releaseEval.sha)
+	ctx := context.Background()
+	outer := mustLock(t, c, "retried-inner")
+	inner, err := c.Lock(outer.Context(), "retried-inner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *Lock
+		err error
+	}
+	other := make(chan result, 1)
+	h.OnLost = func() {
+		go func() {
+			l, err := c.Lock(outer.Context(), "retried-inner")
+			other <- result{l, err}
+		}()
+		// The release has run and its reply is lost: the other re-entry
+		// goes before go-redis sends the release again, unless it waits
+		// for this Unlock to end. Waiting for it would never end then,
+		// so the wait is bounded; it is no part of a passing run's
+		// ordering.
+		select {
+		case r := <-other:
+			other <- r
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	h.Left.Store(1)
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatalf("inner Unlock, its reply lost and sent again: %v", err)
+	}
+	if h.Lost.Load() == 0 {
+		t.Fatal("no release reply was lost: the test did not test anything")
+	}
+	r := testutil.Receive(t, other, 5*time.Second, "the other re-entry")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := holdCount(t, c, "retried-inner"); n != 2 {
+		t.Errorf("hold count %d with the outer Lock and the later re-entry held, want 2", n)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holdCount(t, c, "retried-inner"); n != 1 {
+		t.Errorf("hold count %d after the later re-entry's Unlock, want 1", n)
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
