@@ -818,26 +818,32 @@ func TestFenceNotAnsweredIsNoQuorum(t *testing.T) {
 	}
 }
 
-// A fence store that go-redis delivers twice (its reply was lost, and the
-// client retried it, as acquire.lua expects client-side retries to do) is
-// stored: the second delivery finds the counter at the fence it stored
-// itself, which must not fail the acquisition.
-func TestFenceStoreDeliveredTwice(t *testing.T) {
-	cl := startCluster(t, 3)
-	cl.cacheScripts(t)
-	src, err := os.ReadFile("lua/fence.lua")
+// lossyHooks are the lost-reply hooks of a lossyLocker's nodes.
+type lossyHooks []*testutil.LostReply
+
+// lost is how many replies the hooks lost.
+func (hs lossyHooks) lost() (n int) {
+	for _, h := range hs {
+		n += int(h.Lost.Load())
+	}
+	return n
+}
+
+// lossyLocker returns a Client on the cluster's nodes whose go-redis
+// clients each lose the reply to the first call of the script at path:
+// the node runs it, and go-redis (default MaxRetries) sends it again.
+func (cl *cluster) lossyLocker(t *testing.T, path string) (*dlock.Client, lossyHooks) {
+	t.Helper()
+	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha1.Sum(src)
-	marker := []byte(hex.EncodeToString(sum[:]))
 	var nodes []redis.UniversalClient
-	var hooks []*testutil.LostReply
+	var hooks lossyHooks
 	for _, srv := range cl.srvs {
-		// go-redis's default MaxRetries: a request whose reply was lost is
-		// sent again.
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-		h := &testutil.LostReply{Marker: marker}
+		h := &testutil.LostReply{Marker: []byte(hex.EncodeToString(sum[:]))}
 		h.Left.Store(1)
 		rdb.AddHook(h)
 		t.Cleanup(func() { rdb.Close() })
@@ -848,13 +854,21 @@ func TestFenceStoreDeliveredTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c, hooks
+}
+
+// A fence store that go-redis delivers twice (its reply was lost, and the
+// client retried it, as acquire.lua expects client-side retries to do) is
+// stored: the second delivery finds the counter at the fence it stored
+// itself, which must not fail the acquisition.
+func TestFenceStoreDeliveredTwice(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.cacheScripts(t)
+	c, hooks := cl.lossyLocker(t, "lua/fence.lua")
 	ctx := context.Background()
 	l, err := c.TryLock(ctx, "fence-twice")
-	lost := 0
-	for _, h := range hooks {
-		lost += int(h.Lost.Load())
-	}
+	lost := hooks.lost()
 	if lost == 0 {
 		t.Fatal("no fence reply was lost: the test did not test anything")
 	}

@@ -2,14 +2,9 @@ package redlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testutil"
@@ -23,40 +18,14 @@ import (
 func TestReenterDeliveredTwice(t *testing.T) {
 	cl := startCluster(t, 3)
 	cl.cacheScripts(t)
-	src, err := os.ReadFile("lua/reenter.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha1.Sum(src)
-	var nodes []redis.UniversalClient
-	var hooks []*testutil.LostReply
-	for _, srv := range cl.srvs {
-		// go-redis's default MaxRetries: a request whose reply was lost is
-		// sent again.
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-		h := &testutil.LostReply{Marker: []byte(hex.EncodeToString(sum[:]))}
-		h.Left.Store(1)
-		rdb.AddHook(h)
-		t.Cleanup(func() { rdb.Close() })
-		nodes = append(nodes, rdb)
-		hooks = append(hooks, h)
-	}
-	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, hooks := cl.lossyLocker(t, "lua/reenter.lua")
 	ctx := context.Background()
 	outer := lockEveryNode(t, cl, c, "reenter-twice")
 	inner, err := c.Lock(outer.Context(), "reenter-twice")
 	if err != nil {
 		t.Fatalf("re-entry with every reply lost and sent again: %v", err)
 	}
-	lost := 0
-	for _, h := range hooks {
-		lost += int(h.Lost.Load())
-	}
-	if lost == 0 {
+	if hooks.lost() == 0 {
 		t.Fatal("no re-entry reply was lost: the test did not test anything")
 	}
 	// A node slower than the majority is still sending its re-entry
