@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/internal/chaoscheck"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // TestChaos is a randomized, fault-injecting property test. Several Clients
@@ -123,11 +124,12 @@ func (ch *chaos) run(seed uint64, dur time.Duration) {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
+		ft := testutil.InGoroutine(t)
 		fr := rand.New(rand.NewPCG(seed, 7))
 		restarts := 0
 		for time.Now().Add(3 * time.Second).Before(end) {
 			time.Sleep(time.Duration(200+fr.IntN(1500)) * time.Millisecond)
-			ch.fault(fr, admin, &restarts)
+			ch.fault(ft, fr, admin, &restarts)
 		}
 	}()
 	ops := ch.Run(t, seed, end, clients)
@@ -151,7 +153,9 @@ func (ch *chaos) run(seed uint64, dur time.Duration) {
 	}
 }
 
-func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
+// fault injects one fault. It runs on a goroutine of its own: t is from
+// testutil.InGoroutine.
+func (ch *chaos) fault(t testing.TB, r *rand.Rand, admin *redis.Client, restarts *int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	switch n := r.IntN(100); {
@@ -173,9 +177,9 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 		_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
 	case n < 92:
 		ch.Count(&ch.faults, "pause server")
-		ch.srv.Pause(ch.t)
+		ch.srv.Pause(t)
 		time.Sleep(time.Duration(30+r.IntN(600)) * time.Millisecond)
-		ch.srv.Resume(ch.t)
+		ch.srv.Resume(t)
 	default:
 		if *restarts >= 3 {
 			return
@@ -183,11 +187,11 @@ func (ch *chaos) fault(r *rand.Rand, admin *redis.Client, restarts *int) {
 		*restarts++
 		ch.Count(&ch.faults, "restart")
 		began := time.Now()
-		ch.srv.Stop(ch.t)
+		ch.srv.Stop(t)
 		exited := time.Now()
 		ch.mu.Lock()
 		ch.restarts = append(ch.restarts, chaoscheck.Restart{Began: began, Exited: exited})
 		ch.mu.Unlock()
-		ch.srv.Restart(ch.t)
+		ch.srv.Restart(t)
 	}
 }

@@ -59,7 +59,8 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 	}
 }
 
-// worker starts this test binary as a separate process in the given role.
+// worker returns this test binary as a separate process in the given role,
+// for testutil.StartProcess.
 func worker(t *testing.T, srv *redistest.Server, role string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -77,9 +78,7 @@ func TestMutualExclusionProcesses(t *testing.T) {
 	var cmds []*exec.Cmd
 	for i := 0; i < procs; i++ {
 		cmd := worker(t, srv, "counter", "DLOCK_TEST_N=25")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.StartProcess(t, cmd)
 		cmds = append(cmds, cmd)
 	}
 	for _, cmd := range cmds {
@@ -100,9 +99,7 @@ func TestKilledHolderFreesLockAfterLease(t *testing.T) {
 	c := newClientOn(t, srv.Client(t))
 	cmd := worker(t, srv, "holder")
 	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.StartProcess(t, cmd)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "locked") {
 		t.Fatalf("holder said %q, %v", line, err)
@@ -363,8 +360,11 @@ func TestCorruptFenceCounter(t *testing.T) {
 	k := c.keys("corrupt")
 	l := mustLock(t, c, "corrupt")
 	got := make(chan *Lock, 1)
+	// Clients made here, not on the waiters' goroutines: newClientOn may
+	// call t.Fatal.
+	waiter := newClientOn(t, rdb)
 	go func() {
-		w, err := newClientOn(t, rdb).Lock(ctx, "corrupt")
+		w, err := waiter.Lock(ctx, "corrupt")
 		if err != nil {
 			t.Error(err)
 		}
@@ -402,8 +402,9 @@ func TestCorruptFenceCounter(t *testing.T) {
 		}
 		// The next round: w holds the lock, a new waiter queues behind it.
 		l = w
+		waiter := newClientOn(t, rdb)
 		go func() {
-			w, err := newClientOn(t, rdb).Lock(ctx, "corrupt")
+			w, err := waiter.Lock(ctx, "corrupt")
 			if err != nil {
 				t.Error(err)
 			}

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"math/rand/v2"
+	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/chaoscheck"
@@ -37,14 +38,15 @@ func (ch *rlChaos) giveNode(n int) {
 	ch.mu.Unlock()
 }
 
-// fault injects one fault on one node.
-func (ch *rlChaos) fault(r *rand.Rand) {
+// fault injects one fault on one node. It runs on a fault goroutine: t is
+// from testutil.InGoroutine.
+func (ch *rlChaos) fault(t testing.TB, r *rand.Rand) {
 	n := ch.takeNode(r)
 	if n < 0 {
 		return
 	}
 	defer ch.giveNode(n)
-	t, srv, admin := ch.t, ch.cl.srvs[n], ch.admins[n]
+	srv, admin := ch.cl.srvs[n], ch.admins[n]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	switch k := r.IntN(100); {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/chaoscheck"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -140,10 +141,11 @@ func (ch *rlChaos) run(seed uint64, dur time.Duration) {
 		faults.Add(1)
 		go func() {
 			defer faults.Done()
+			ft := testutil.InGoroutine(t)
 			fr := rand.New(rand.NewPCG(seed, uint64(7+f)))
 			for time.Now().Add(time.Second).Before(end) {
 				time.Sleep(time.Duration(100+fr.IntN(700)) * time.Millisecond)
-				ch.fault(fr)
+				ch.fault(ft, fr)
 			}
 		}()
 	}

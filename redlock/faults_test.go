@@ -26,7 +26,8 @@ import (
 type workerCmd = exec.Cmd
 
 // startWorker runs this test binary as a separate process contending for
-// the lock "counter" n times.
+// the lock "counter" n times. It is killed when the test ends, if the test
+// has not waited for it.
 func startWorker(t *testing.T, cl *cluster, resource string, n int) *workerCmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -35,9 +36,7 @@ func startWorker(t *testing.T, cl *cluster, resource string, n int) *workerCmd {
 		"REDLOCK_TEST_RESOURCE="+resource,
 		"REDLOCK_TEST_N="+strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.StartProcess(t, cmd)
 	return cmd
 }
 

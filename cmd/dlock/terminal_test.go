@@ -43,7 +43,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 // atTerminal runs sh -c script with args as an interactive shell runs a
 // command: in a new session whose controlling terminal is the
 // pseudo-terminal slave, in its foreground process group. The session's
-// leader stays until the test ends.
+// leader stays until the test ends; its process group is killed then.
 func atTerminal(t *testing.T, slave *os.File, env []string, script string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sh", append([]string{"-c", script, "sh"}, args...)...)
@@ -55,7 +55,9 @@ func atTerminal(t *testing.T, slave *os.File, env []string, script string, args 
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	// The whole process group: dlock and COMMAND share the leader's at a
+	// terminal, and killing the leader alone leaves them running.
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-done })
 	return cmd
 }
 

@@ -3,7 +3,11 @@ package chaoscheck
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestCheckRestartWindow replays the hold pair of TestChaos's seed
 // 1795339274852774726 through Check: the first Lock was called 75 ms after

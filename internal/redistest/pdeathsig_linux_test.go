@@ -12,7 +12,9 @@ import (
 // then: started from a thread that then ends, it must keep running.
 func TestServerOutlivesTheThreadThatStartedIt(t *testing.T) {
 	var s *Server
-	testutil.RunOnEndingThread(t, func() { s = Start(t) })
+	// Start runs on the ending thread's goroutine, where its t.Fatal
+	// may not be called.
+	testutil.RunOnEndingThread(t, func() { s = Start(testutil.InGoroutine(t)) })
 	if s == nil {
 		t.FailNow() // Start failed
 	}

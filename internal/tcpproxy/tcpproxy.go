@@ -4,8 +4,12 @@
 package tcpproxy
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Proxy forwards connections from its own loopback address to a target.
@@ -20,6 +24,13 @@ type Proxy struct {
 	frozeOn  chan struct{} // closed when freezeOn matched
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
+
+	// gate is held shared by each write to a connection, and exclusively
+	// by a freeze once it has marked the proxy frozen: a freeze returns
+	// only when no write begun before it is still under way.
+	gate sync.RWMutex
+
+	written atomic.Int64 // bytes written to either side, for tests
 }
 
 // New starts a proxy to target on a free 127.0.0.1 port.
@@ -39,18 +50,36 @@ func New(target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Freeze stops forwarding bytes in both directions; connections stay open,
-// as with a network partition or a stopped peer.
+// as with a network partition or a stopped peer. Once it returns, no byte
+// is written to either side until Thaw: a write under way is cut short
+// and its rest held.
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.freezeLocked()
+	p.mu.Unlock()
+	p.waitWrites()
 }
 
+// freezeLocked marks the proxy frozen and cuts short the writes under way,
+// which may block for as long as a peer does not read. The caller then
+// waits for them with waitWrites, once it has released p.mu.
 func (p *Proxy) freezeLocked() {
 	if !p.frozen {
 		p.frozen = true
 		p.thaw = make(chan struct{})
 	}
+	past := time.Unix(1, 0)
+	for c := range p.conns {
+		_ = c.SetWriteDeadline(past)
+	}
+}
+
+// waitWrites returns once no write that began before the proxy was frozen
+// is under way.
+func (p *Proxy) waitWrites() {
+	p.gate.Lock()
+	//lint:ignore SA2001 an empty critical section: a barrier for the writes
+	p.gate.Unlock()
 }
 
 // FreezeOn freezes the proxy when it reads a chunk, in either direction,
@@ -129,26 +158,60 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			var froze chan struct{}
 			if p.freezeOn != nil && p.freezeOn(buf[:n]) {
+				froze = p.frozeOn
 				p.freezeOn = nil
-				close(p.frozeOn)
 				p.freezeLocked()
 			}
-			thaw := p.thaw
 			p.mu.Unlock()
-			<-thaw
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if froze != nil {
+				// As Freeze: the other direction's write under way ends
+				// before the test hears of the freeze.
+				p.waitWrites()
+				close(froze)
+			}
+			if p.send(dst, buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
 			// The end of src (a close or reset by its peer) is held
 			// like a chunk: a frozen proxy is a partition.
-			p.mu.Lock()
+			_ = p.send(dst, nil)
+			return
+		}
+	}
+}
+
+// send writes b to dst, or closes dst if b is nil, once the proxy is not
+// frozen. A write that a freeze cuts short is taken up again after the
+// thaw.
+func (p *Proxy) send(dst net.Conn, b []byte) error {
+	for {
+		p.gate.RLock()
+		p.mu.Lock()
+		if p.frozen {
 			thaw := p.thaw
 			p.mu.Unlock()
+			p.gate.RUnlock()
 			<-thaw
-			return
+			continue
+		}
+		// Under p.mu, so that a freeze's deadline comes after this reset.
+		_ = dst.SetWriteDeadline(time.Time{})
+		p.mu.Unlock()
+		if b == nil {
+			err := dst.Close()
+			p.gate.RUnlock()
+			return err
+		}
+		n, err := dst.Write(b)
+		p.written.Add(int64(n))
+		p.gate.RUnlock()
+		b = b[n:]
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
 		}
 	}
 }

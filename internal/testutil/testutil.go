@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -124,4 +126,47 @@ func WriteScript(t testing.TB, path, script string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StartProcess starts cmd and, unless the test has waited for it by then,
+// kills and reaps it when the test ends: a test that fails part way must
+// not leave its worker processes running. The test may call cmd.Wait on
+// its own goroutine only, as the cleanup then reads cmd.ProcessState.
+func StartProcess(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+}
+
+// InGoroutine returns t for a goroutine that the test started: the testing
+// package allows Fatal and FailNow on the test's goroutine only, so here
+// they report the failure and end the calling goroutine alone, running its
+// deferred calls. Helpers that take a testing.TB (a redistest.Server's
+// Pause, say) can then run on a fault goroutine.
+func InGoroutine(t testing.TB) testing.TB { return goroutineTB{t} }
+
+type goroutineTB struct{ testing.TB }
+
+func (g goroutineTB) Fatal(args ...any) {
+	g.TB.Helper()
+	g.TB.Error(args...)
+	runtime.Goexit()
+}
+
+func (g goroutineTB) Fatalf(format string, args ...any) {
+	g.TB.Helper()
+	g.TB.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (g goroutineTB) FailNow() {
+	g.TB.Fail()
+	runtime.Goexit()
 }
