@@ -90,6 +90,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	h := &hold{lease: g.Lease, fence: g.Fence, levels: 1, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
 	if x != nil {
 		x.leased = g.Start
+		if !g.Began.IsZero() {
+			x.leased = g.Began
+		}
 	}
 	if cfg.maxHold > 0 {
 		h.renewUntil = g.Start.Add(cfg.maxHold)

@@ -13,13 +13,16 @@ import (
 // WithAdaptiveTTL sizes the fixed lease of a lock taken WithoutRenewal from
 // how long this key's locks were held recently, instead of a fixed WithTTL.
 //
-// Each Unlock of such a lock records its hold time (from just before the
-// acquire request was sent, where the lease counts from, so that the
-// acquisition's round trip is covered) in Redis, in a small hash
-// beside the lock (prefix{key}:stats, shared by every process and kept for
-// a week after its last update), as moving averages of the hold time and of
-// its deviation (as TCP estimates round trips, RFC 6298). Each acquisition
-// reads them (one more round trip) and asks for a lease of
+// Each Unlock of such a lock records its hold time, from where its lease
+// counts from: just before the acquire request was sent, so that the
+// acquisition's round trip is covered, or, for a lock handed over to a
+// waiter, the hand-over (the time spent queued is not counted, but the
+// time the waiter took to learn of the hand-over is). It is kept in Redis,
+// in a small hash beside the lock (prefix{key}:stats, shared by every
+// process and kept for a week after its last update), as moving averages
+// of the hold time and of its deviation (as TCP estimates round trips,
+// RFC 6298). Each acquisition reads them (one more round trip) and asks
+// for a lease of
 //
 //	margin × (average + 4 × deviation)
 //

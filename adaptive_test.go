@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // grantedLease returns the lease the lock k was granted, however long ago:
@@ -283,5 +284,161 @@ func TestHoldStatsNotFiniteStartAgain(t *testing.T) {
 		if s.Samples != 1 {
 			t.Errorf("mean_us %q: stats after a hold = %+v (hash %v), want 1 sample", bad, s, rdb.HGetAll(ctx, statsKey(c.keys(key))).Val())
 		}
+	}
+}
+
+// lockQueued takes key's adaptive lock with waiter in a goroutine (queued
+// behind a plain lock, which records nothing), holds it for work once
+// granted and unlocks. The channel gets when Lock returned, and Lock's or
+// Unlock's error.
+func lockQueued(waiter *Client, key string, work time.Duration) <-chan queuedHold {
+	done := make(chan queuedHold, 1)
+	go func() {
+		ctx := context.Background()
+		l, err := waiter.Lock(ctx, key, WithoutRenewal(), WithTTL(5*time.Second), WithAdaptiveTTL(2, 0))
+		acquired := time.Now()
+		if err == nil {
+			time.Sleep(work) // the work under the lock
+			err = l.Unlock(ctx)
+		}
+		done <- queuedHold{acquired, err}
+	}()
+	return done
+}
+
+type queuedHold struct {
+	acquired time.Time
+	err      error
+}
+
+// handedOverHold has a waiter wait queueTime for key, then lets free(rdb)
+// end the lock it waits for, and checks that the one hold on record is the
+// waiter's work, not the time it spent queued.
+func handedOverHold(t *testing.T, key string, queueTime, work time.Duration, free func(rdb *redis.Client, holder *Lock)) {
+	t.Helper()
+	c, rdb, _ := newTestClient(t)
+	waiter := newClientOn(t, rdb)
+	holder := mustLock(t, c, key, WithoutRenewal(), WithTTL(5*time.Second))
+	done := lockQueued(waiter, key, work)
+	waitQueuedAndSubscribed(t, rdb, waiter, key)
+	time.Sleep(queueTime) // the time spent queued is the subject
+	free(rdb, holder)
+	if r := testutil.Receive(t, done, 10*time.Second, "the waiter to hold and unlock"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if s := holdStats(t, waiter, key); s.Samples != 1 || s.Mean < work || s.Mean > work+queueTime/2 {
+		t.Errorf("stats %+v: want the one hold of work of %v, after %v queued", s, work, queueTime)
+	}
+}
+
+// TestAdaptiveHoldOfHandedOverLock: a lock handed over by its releasing
+// holder holds its lease from the hand-over, so its hold time counts from
+// there, not from the waiter's first request: counted with the time spent
+// queued, N workers taking turns at work of h record holds of about N×h,
+// and the adaptive lease settles at several times the work.
+func TestAdaptiveHoldOfHandedOverLock(t *testing.T) {
+	handedOverHold(t, "relay", 500*time.Millisecond, 20*time.Millisecond, func(_ *redis.Client, holder *Lock) {
+		if err := holder.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestAdaptiveHoldAfterDeadHolder: the same for a lock whose holder died
+// with a waiter queued: its lease runs out, and the next request (here a
+// TryLock of another) hands the lock to the waiter.
+func TestAdaptiveHoldAfterDeadHolder(t *testing.T) {
+	handedOverHold(t, "orphan", 500*time.Millisecond, 20*time.Millisecond, func(rdb *redis.Client, _ *Lock) {
+		ctx := context.Background()
+		c := newClientOn(t, rdb)
+		k := c.keys("orphan")
+		// The dead holder's lease runs out now.
+		if err := rdb.PExpire(ctx, k.lock, time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return rdb.Exists(ctx, k.lock).Val() == 0 })
+		if _, err := c.TryLock(ctx, "orphan"); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryLock with a waiter queued = %v, want ErrNotObtained", err)
+		}
+	})
+}
+
+// TestAdaptiveHoldOfHandOverFoundByCheck: a waiter that learns of the
+// hand-over late, from its next check ({2, fence, pttl}) rather than from
+// the message (here an ACL refuses it every channel), held the lock from
+// the hand-over all the same: its hold time counts from there, or the
+// next lease, sized for the work alone, runs out before such a waiter
+// learns of it.
+func TestAdaptiveHoldOfHandOverFoundByCheck(t *testing.T) {
+	const work = 20 * time.Millisecond
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	// The waiter checks again a second (its queue TTL / 3) after it queued.
+	waiter := newClientOn(t, rdb, WithQueueTTL(3*time.Second))
+	holder := mustLock(t, newClientOn(t, admin), "late", WithoutRenewal(), WithTTL(5*time.Second))
+	done := lockQueued(waiter, "late", work)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, admin, waiter, "late") == 1 })
+	if err := holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	handed := time.Now() // the hand-over was before
+	r := testutil.Receive(t, done, 10*time.Second, "the waiter to hold and unlock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	late := r.acquired.Sub(handed)
+	if late < 200*time.Millisecond {
+		t.Fatalf("the waiter learned of the hand-over %v after it: not from its next check", late)
+	}
+	// Redis has milliseconds: the lease's start, read from the PTTL, is
+	// off by one at most.
+	if s := holdStats(t, waiter, "late"); s.Samples != 1 || s.Mean < late+work-2*time.Millisecond {
+		t.Errorf("stats %+v: want the one hold of %v, the work from a hand-over learned of %v late", s, late+work, late)
+	}
+}
+
+// TestAdaptiveLeaseUnderContention: workers taking turns at the same short
+// work record about that work, whatever the time they spend queued.
+func TestAdaptiveLeaseUnderContention(t *testing.T) {
+	const workers, rounds, work = 5, 12, 20 * time.Millisecond
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	opts := []LockOption{WithoutRenewal(), WithTTL(5 * time.Second), WithAdaptiveTTL(2, 0)}
+	errs := make(chan error, workers)
+	for range workers {
+		w := newClientOn(t, rdb)
+		go func() {
+			for range rounds {
+				l, err := w.Lock(ctx, "busy", opts...)
+				if err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(work) // the work under the lock
+				// An overrun of the lease (a loaded machine) is recorded
+				// all the same.
+				if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := testutil.Receive(t, errs, 30*time.Second, "a worker to finish"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := holdStats(t, c, "busy")
+	lease := (&adaptiveConfig{margin: 2}).lease(s)
+	t.Logf("%d workers, work %v: recorded mean %v, dev %v, lease %v (%.1fx the work)", workers, work, s.Mean, s.Dev, lease, float64(lease)/float64(work))
+	if s.Samples != workers*rounds || s.Mean > 5*work/2 {
+		t.Errorf("stats %+v for work of %v", s, work)
 	}
 }

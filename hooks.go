@@ -53,7 +53,7 @@ type lockExtConfig struct {
 type holdExtra struct {
 	start    time.Time  // the acquisition began
 	acquired time.Time  // it was granted
-	leased   time.Time  // its lease began, as trusted: before the request was sent
+	leased   time.Time  // its lease began: before the request was sent, or at the hand-over
 	local    *localHold // the key's in-process lock, given back when the hold ends
 	record   bool       // record the hold time for adaptive leases at release
 	degraded bool       // held in-process only (degraded mode)
@@ -220,9 +220,10 @@ func (c *Client) release(ctx context.Context, h *hold, level int) (int64, error)
 		return c.be.Release(ctx, h.lease, level)
 	}
 	if hr, ok := c.be.(backend.HoldRecorder); ok && x.record && level == 1 && !x.degraded {
-		// From where the holder's deadline counts (before the request was
-		// sent), not from the grant's reply: the next lease must cover the
-		// acquisition's round trip too.
+		// From where the lease began (before the request was sent), not
+		// from the grant's reply: the next lease must cover the
+		// acquisition's round trip too. A lock handed over to a waiter
+		// began with the hand-over: the time spent queued is no hold.
 		return hr.ReleaseRecording(ctx, h.lease, level, time.Since(x.leased))
 	}
 	return c.beFor(h).Release(ctx, h.lease, level)

@@ -42,9 +42,11 @@ type attempt struct {
 	inflight <-chan struct{}
 }
 
-func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration) (backend.Grant, error) {
+// grant returns the grant of a lease trusted from start for ttl, which
+// most likely began at began (backend.Grant).
+func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration, began time.Time) (backend.Grant, error) {
 	l := &backend.Lease{Key: a.r.Key, Token: a.r.Token, Data: a.keys}
-	return backend.Grant{Lease: l, Fence: fence, Start: start, TTL: ttl}, nil
+	return backend.Grant{Lease: l, Fence: fence, Start: start, TTL: ttl, Began: began}, nil
 }
 
 func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
@@ -123,11 +125,21 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		case 2:
 			// Granted after notHeldAt, for grantTTL; or, read now, pttl
 			// more from this check's start, whichever ends later.
-			since, ttl := notHeldAt, a.grantTTL
-			if len(res) > 2 && res[2] > 0 && start.Add(time.Duration(res[2])*time.Millisecond).After(since.Add(ttl)) {
-				since, ttl = start, time.Duration(res[2])*time.Millisecond
+			since, ttl, began := notHeldAt, a.grantTTL, notHeldAt
+			if len(res) > 2 && res[2] > 0 {
+				pttl := time.Duration(res[2]) * time.Millisecond
+				if start.Add(pttl).After(since.Add(ttl)) {
+					since, ttl = start, pttl
+				}
+				// The lease began with the hand-over, for grantTTL:
+				// grantTTL - pttl before this check, not when we queued.
+				// Hold times count from there, the time we took to learn
+				// of it included: the next lease must cover that too.
+				if began = start.Add(min(pttl-a.grantTTL, 0)); began.Before(notHeldAt) {
+					began = notHeldAt
+				}
 			}
-			if g, done, err := a.handedOver(ctx, uint64(res[1]), since, ttl); done {
+			if g, done, err := a.handedOver(ctx, uint64(res[1]), since, ttl, began); done {
 				return g, err
 			}
 			continue
@@ -174,13 +186,17 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			if fence <= staleUpTo {
 				continue // check again rather than trust it
 			}
-			if a.n.ack == nil && time.Until(notHeldAt.Add(a.grantTTL-backend.Drift(a.grantTTL))) < a.grantTTL/2 {
+			// The hand-over was sent just before (or during the check we
+			// were making): its lease began about now, not when we
+			// queued.
+			now := time.Now()
+			if a.n.ack == nil && notHeldAt.Add(a.grantTTL-backend.Drift(a.grantTTL)).Sub(now) < a.grantTTL/2 {
 				// The last check that found the lock held is long past (the
 				// checks since failed, or were slow): a lease trusted from
 				// there would soon be over. A check reads what is left.
 				continue
 			}
-			if g, done, err := a.handedOver(ctx, fence, notHeldAt, a.grantTTL); done {
+			if g, done, err := a.handedOver(ctx, fence, notHeldAt, a.grantTTL, now); done {
 				return g, err
 			}
 		case <-nudge:

@@ -540,19 +540,20 @@ func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.T
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 		}
 	}
-	return a.grant(fence, start, a.r.TTL)
+	return a.grant(fence, start, a.r.TTL, start)
 }
 
 // handedOver finishes an acquisition that a release handed over to this
-// waiter, with a lease of ttl that Redis started after since. That grant
-// was written by the releasing client, so a WAIT on our connection says
-// nothing about it: with replica acknowledgement, the lease is set again
-// (to the full lease, from now) and that write is waited for. done is
-// false if the lock turned out not to be ours any more (it was
-// force-released meanwhile): the caller checks again.
-func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time, ttl time.Duration) (g backend.Grant, done bool, err error) {
+// waiter, with a lease of ttl that Redis started after since, most likely
+// at began (hold times count from there). That grant was written by the
+// releasing client, so a WAIT on our connection says nothing about it:
+// with replica acknowledgement, the lease is set again (to the full lease,
+// from now) and that write is waited for. done is false if the lock turned
+// out not to be ours any more (it was force-released meanwhile): the
+// caller checks again.
+func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time, ttl time.Duration, began time.Time) (g backend.Grant, done bool, err error) {
 	if a.n.ack == nil {
-		g, err = a.grant(fence, since, ttl)
+		g, err = a.grant(fence, since, ttl, began)
 		return g, true, err
 	}
 	// The full lease, as a grant of our own: we are alive to set it, so
@@ -575,7 +576,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 		a.abandon(ctx)
 		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 	}
-	g, err = a.grant(fence, set, a.r.TTL)
+	g, err = a.grant(fence, set, a.r.TTL, set)
 	return g, true, err
 }
 

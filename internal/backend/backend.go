@@ -67,6 +67,10 @@ type Grant struct {
 	Fence uint64
 	Start time.Time
 	TTL   time.Duration
+	// Began is when the lease most likely began (a lock handed over to a
+	// waiter began with the hand-over, not at its first request): hold
+	// times count from there. Zero: Start.
+	Began time.Time
 }
 
 // Lease identifies a held lock to its backend.
