@@ -444,3 +444,188 @@ func TestCloseEndsLocksBeforeWaitingForStuckRenewals(t *testing.T) {
 			lb.Fence(), lease)
 	}
 }
+
+// holdLog records, in order, the events that begin and end holds:
+// "acquired KEY", ReleaseEnd's outcome label and KEY (outermost level
+// only: "released KEY", "error KEY") and "lost KEY". If pauseAcquired is set, the first
+// AcquireEnd of a grant reports on paused and waits for resume.
+type holdLog struct {
+	NopObserver
+	pauseAcquired bool
+	paused        chan struct{}
+	resume        chan struct{}
+	once          sync.Once
+
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *holdLog) log(e string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, e)
+}
+
+func (o *holdLog) AcquireEnd(_ context.Context, e AcquireEndEvent) {
+	if e.Outcome != AcquireOK {
+		return
+	}
+	if o.pauseAcquired {
+		o.once.Do(func() {
+			o.paused <- struct{}{}
+			<-o.resume
+		})
+	}
+	o.log("acquired " + e.Key)
+}
+
+func (o *holdLog) ReleaseEnd(_ context.Context, e ReleaseEndEvent) {
+	if e.Level == 1 {
+		o.log(e.Outcome.String() + " " + e.Key)
+	}
+}
+
+func (o *holdLog) Lost(e LostEvent) { o.log("lost " + e.Key) }
+
+// check fails t unless key's events are exactly want.
+func (o *holdLog) check(t *testing.T, key string, want ...string) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var got []string
+	for _, e := range o.events {
+		if _, k, _ := strings.Cut(e, " "); k == key {
+			got = append(got, e)
+		}
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("events of %q = %q, want %q: a hold ends with exactly one ReleaseEnd(released) or Lost, after its AcquireEnd", key, got, want)
+	}
+}
+
+// Close while an Unlock's release is on its way to Redis leaves that hold
+// to the Unlock: it ends as released, or given up if the release fails,
+// reported once, not also Lost (closed) by Close.
+func TestCloseDuringUnlock(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		fail  error // the release's error, nil if it runs
+		cause error // the lock's Context's
+		want  []string
+	}{
+		{"released", nil, ErrReleased, []string{"acquired k", "released k"}},
+		// Given up by the Unlock (LostReleaseFailed), which then reports
+		// its error.
+		{"release failed", errors.New("connection reset"), errReleaseFailed, []string{"acquired k", "lost k", "error k"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent, resume := make(chan struct{}), make(chan struct{})
+			var armed atomic.Bool
+			h := scriptHook{before: map[string]func() error{releaseScript.Hash(): func() error {
+				if armed.Load() {
+					sent <- struct{}{}
+					<-resume
+					return tc.fail
+				}
+				return nil
+			}}}
+			o := &holdLog{}
+			c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
+			l := mustLock(t, c, "k")
+			armed.Store(true)
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- l.Unlock(context.Background()) }()
+			<-sent // the release is on its way
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			close(resume)
+			if err := testutil.Receive(t, unlocked, 5*time.Second, "Unlock"); !errors.Is(err, tc.fail) {
+				t.Fatalf("Unlock = %v, want %v", err, tc.fail)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, tc.cause) {
+				t.Errorf("lock's Context ended with %v, want %v", cause, tc.cause)
+			}
+			o.check(t, "k", tc.want...)
+		})
+	}
+}
+
+// Close while the Observer hears of a grant (the hold is watched, its Lock
+// not yet returned) ends the hold, but reports it Lost only after its
+// AcquireEnd: a hold is not lost before it was acquired.
+func TestCloseDuringGrant(t *testing.T) {
+	o := &holdLog{pauseAcquired: true, paused: make(chan struct{}), resume: make(chan struct{})}
+	c, _, _ := newTestClient(t, WithObserver(o))
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(context.Background(), "k")
+		got <- result{l, err}
+	}()
+	<-o.paused // granted, AcquireEnd under way
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.check(t, "k") // nothing yet: the AcquireEnd has not been reported
+	close(o.resume)
+	r := testutil.Receive(t, got, 5*time.Second, "Lock")
+	if r.err != nil {
+		t.Fatalf("Lock = %v", r.err)
+	}
+	if cause := context.Cause(r.l.Context()); !errors.Is(cause, ErrClosed) {
+		t.Errorf("lock's Context ended with %v, want ErrClosed", cause)
+	}
+	o.check(t, "k", "acquired k", "lost k")
+}
+
+// Close while a Lock's grant is on its way back from Redis: the Lock gives
+// up with ErrClosed and releases what it got before Close returns, and the
+// Observer hears of no hold.
+func TestCloseDuringAcquireReply(t *testing.T) {
+	srv := redistest.Start(t)
+	ran, resume := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	h := scriptHook{after: map[string]func() error{acquireScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			ran <- struct{}{}
+			<-resume
+		}
+		return nil
+	}}}
+	o := &holdLog{}
+	c, rdb := hookedClient(t, srv.Addr(), h, WithObserver(o))
+	armed.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "k")
+		got <- err
+	}()
+	<-ran // Redis granted the lock; the reply is not read yet
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(closed)
+	}()
+	waitUntil(t, 5*time.Second, "Close to stop the watchdog", func() bool {
+		select {
+		case <-c.dog.stop:
+			return true
+		default:
+			return false
+		}
+	})
+	close(resume)
+	<-closed
+	if n, err := rdb.Exists(context.Background(), c.keys("k").lock).Result(); err != nil || n != 0 {
+		t.Errorf("lock key after Close: exists = %d, %v; want released by the Lock call Close waited for", n, err)
+	}
+	if err := testutil.Receive(t, got, 5*time.Second, "Lock"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Lock = %v, want ErrClosed", err)
+	}
+	o.check(t, "k")
+}

@@ -41,6 +41,8 @@ type hold struct {
 	busy       bool          // a renewal or an Extend is in flight
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
+	handing    bool          // watched, its grant not reported yet (handOut)
+	closedBy   error         // the cause Close ended it with while handing: handOut reports it
 }
 
 // trust records that Redis granted or reset a lease of d at some instant
@@ -113,6 +115,7 @@ func (w *watchdog) add(h *hold) error {
 	default:
 	}
 	w.holds[h] = struct{}{}
+	h.handing = true
 	if !w.running {
 		w.running = true
 		go w.run()
@@ -229,6 +232,15 @@ func (w *watchdog) releasedBySelf(h *hold) bool {
 	return true
 }
 
+// handedOut records that h's grant has been reported. It returns the
+// cause Close ended h with meanwhile, for the caller to report, or nil.
+func (w *watchdog) handedOut(h *hold) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.handing = false
+	return h.closedBy
+}
+
 // deadline returns until when h's lease can be trusted.
 func (w *watchdog) deadline(h *hold) time.Time {
 	w.mu.Lock()
@@ -253,14 +265,28 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	close(w.stop)
 	holds := w.holds
 	w.holds = map[*hold]struct{}{}
+	lost := make(map[*hold]error, len(holds))
+	for h := range holds {
+		cause := fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		switch {
+		case h.releasing:
+			// Its Unlock, under way, settles it: released, or given up
+			// (Lost) if the release fails; not both.
+			w.holds[h] = struct{}{}
+		case h.handing:
+			// Lost after its grant is reported (handOut), not before.
+			h.closedBy = cause
+			w.end(h, cause)
+		default:
+			lost[h] = cause
+		}
+	}
 	w.mu.Unlock()
 	w.cancel() // every hold is lost below: their renewals are moot
 	// Lost at once, before the wait below: nothing watches their deadlines
 	// any more, and a Context must not outlive its lease.
-	lost := make(map[*hold]error, len(holds))
-	for h := range holds {
-		lost[h] = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
-		w.end(h, lost[h])
+	for h, cause := range lost {
+		w.end(h, cause)
 	}
 	// go-redis may not cut a read short at the cancellation (only with
 	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
@@ -360,6 +386,13 @@ func (w *watchdog) group(due []*hold) [][]*hold {
 func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	select {
+	case <-w.stop:
+		// Closed: the holds left are being unlocked; no renewal starts
+		// that close would not wait for.
+		return nil, nil, time.Hour
+	default:
+	}
 	next := now.Add(time.Hour)
 	for h := range w.holds {
 		if !now.Before(h.deadline) {
