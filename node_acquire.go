@@ -18,7 +18,8 @@ func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, e
 	// A lock handed over while we wait starts with at most a queue TTL of
 	// lease, so that if we died meanwhile it is stuck no longer than that;
 	// the watchdog extends it to the full lease at its first renewal (with
-	// replica acknowledgement, the new holder sets it at once: handedOver).
+	// replica acknowledgement, the new holder sets it at once: handedOver, or
+	// the check that finds it handed over).
 	a.grantTTL = r.TTL
 	if r.Renew {
 		a.grantTTL = min(r.TTL, n.queueTTL)
@@ -35,7 +36,7 @@ type attempt struct {
 
 	// The script arguments, passed by pointer (no allocation per call).
 	ttlMS, queueMS, grantMS int64
-	args                    [7]any
+	args                    [8]any
 
 	// inflight is closed once the last check, given up on while it was
 	// on its way in a batch, has reached Redis (or failed): nil if none.
@@ -55,8 +56,13 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		join = "1"
 	}
 	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueTTL), backend.Millis(a.grantTTL)
-	a.args = [7]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id}
-	args := a.args[:]
+	a.args = [8]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id, &a.ttlMS}
+	args := a.args[:7]
+	if a.n.ack != nil {
+		// A lock found handed over gets the full lease in the check itself
+		// (see case 2).
+		args = a.args[:]
+	}
 	// notHeldAt is the start of the last check that found the lock held by
 	// another: a hand-over to us happened after it, so a lease granted by
 	// hand-over is measured from there.
@@ -123,6 +129,14 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		case 1:
 			return a.taken(ctx, ack, uint64(res[1]), start)
 		case 2:
+			if a.n.ack != nil {
+				// The check lengthened the lease to the full one, a write
+				// its WAIT covers: a grant of our own from start. Setting
+				// it afterwards (handedOver) would come a whole WAIT later,
+				// when a hand-over made while an earlier check was in
+				// flight may have run out already.
+				return a.taken(ctx, ack, uint64(res[1]), start)
+			}
 			// Granted after notHeldAt, for grantTTL; or, read now, pttl
 			// more from this check's start, whichever ends later.
 			since, ttl, began := notHeldAt, a.grantTTL, notHeldAt

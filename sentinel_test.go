@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -893,5 +894,71 @@ func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
 		if ranOut {
 			t.Fatal("the waiter's queue entry ran out between its checks: it lost its place")
 		}
+	}
+}
+
+// heldCheck holds back the reply of the first acquire check pipelined once
+// armed (the script has run and its WAIT answered) until release is
+// closed: the check is in flight, for the client, all that time.
+type heldCheck struct {
+	testutil.PassHook
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func (h *heldCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if a := cmds[0].Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == acquireScript.Hash() && h.armed.CompareAndSwap(true, false) {
+			<-h.release
+		}
+		return err
+	}
+}
+
+// A lock handed over while the waiter's check (script and WAIT, the
+// replica down) is in flight is learnt of late: the check answers "held by
+// another" a whole WAIT after the hand-over, and only the next check, a
+// WAIT later again, finds the lock ours. The hand-over's lease (the queue
+// TTL, shorter than two WAITs here) must not run out meanwhile: the waiter
+// gets the very lock it was handed, not a new one taken after it lapsed.
+func TestReplicaAckHandOverDuringCheck(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb := master.Client(t)
+	// queueTTL < 2 x timeout: the second check's script runs after a
+	// queue TTL's lease from the hand-over would have run out.
+	const timeout, queueTTL = 1500 * time.Millisecond, 2500 * time.Millisecond
+	holder := newClientOn(t, rdb)
+	check := &heldCheck{release: make(chan struct{})}
+	// Its scripts are cached (hookedClient): none is sent twice.
+	waiter, _ := hookedClient(t, master.Addr(), check, WithQueueTTL(queueTTL), WithReplicaAck(1, timeout, AcceptAndReport))
+	replica.Pause(t)
+	defer replica.Resume(t)
+
+	l := mustLock(t, holder, "in-check")
+	check.armed.Store(true)
+	got := lockAsync(ctx, waiter, "in-check")
+	// The first check has queued the waiter; its reply waits for the
+	// hand-over, sent before the waiter subscribes: the message is missed.
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "in-check") == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handed, err := rdb.HGet(ctx, holder.keys("in-check").lock, ":fence").Uint64()
+	if err != nil {
+		t.Fatalf("no lock handed over: %v", err)
+	}
+	close(check.release)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock by hand-over = %v", r.err)
+	}
+	defer func() { _ = r.l.Unlock(ctx) }()
+	if r.l.Fence() != handed {
+		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", r.l.Fence(), handed)
+	}
+	if err := r.l.Context().Err(); err != nil {
+		t.Fatal(context.Cause(r.l.Context()))
 	}
 }

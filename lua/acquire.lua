@@ -3,7 +3,8 @@
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata,
 -- ARGV[4] '1' to join the queue, ARGV[5] queue entry ttl ms,
 -- ARGV[6] lease ms to grant if the lock is handed over while queued,
--- ARGV[7] the waiting client's channel suffix (KEYS[5]:ARGV[7]).
+-- ARGV[7] the waiting client's channel suffix (KEYS[5]:ARGV[7]),
+-- ARGV[8] (optional) lease ms to lengthen a lock found ours to.
 -- Returns {1, fence} when taken now, {2, fence, pttl} when it had been
 -- handed over to this token, {0, pttl, holder's fence} when held by someone else
 -- (a hand-over message to this token with a fence up to that one is
@@ -37,7 +38,15 @@ for i = 1, #fields, 2 do
 end
 if fence then
   if mine then
-    return {2, reply(fence), redis.call('PTTL', KEYS[1])}
+    local pttl = redis.call('PTTL', KEYS[1])
+    if ARGV[8] then
+      -- A write of the caller's connection, which its WAIT then covers
+      -- (with replica acknowledgement a hand-over found by a check is
+      -- trusted from here); only ever lengthening, as a renewal does.
+      pttl = math.max(pttl, tonumber(ARGV[8]))
+      redis.call('PEXPIRE', KEYS[1], pttl)
+    end
+    return {2, reply(fence), pttl}
   end
   if ARGV[4] ~= '1' then return {0, redis.call('PTTL', KEYS[1])} end
   return wait(fence, clock())
