@@ -163,7 +163,7 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if h.ctx.Err() != nil {
 		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
 	}
-	n, err := h.changeLevel(func(levels int) (int64, error) {
+	n, err := h.changeLevel(ctx, func(levels int) (int64, error) {
 		return c.beReenter(ctx, h, levels+1)
 	})
 	if err != nil {

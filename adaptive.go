@@ -16,8 +16,9 @@ import (
 // Each Unlock of such a lock records its hold time, from where its lease
 // counts from: just before the acquire request was sent, so that the
 // acquisition's round trip is covered, or, for a lock handed over to a
-// waiter, the hand-over (the time spent queued is not counted, but the
-// time the waiter took to learn of the hand-over is). It is kept in Redis,
+// waiter, the hand-over (the time spent queued is not counted; the time a
+// check took to find the hand-over is, while a hand-over message counts
+// from its arrival, its transit left out). It is kept in Redis,
 // in a small hash beside the lock (prefix{key}:stats, shared by every
 // process and kept for a week after its last update), as moving averages
 // of the hold time and of its deviation (as TCP estimates round trips,

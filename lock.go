@@ -205,7 +205,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// Never held back by an inner level's change: the lock goes.
 		left, err = l.c.release(rctx, l.h, 1) // hooks.go
 	} else {
-		left, err = l.h.changeLevel(func(int) (int64, error) { return l.c.release(rctx, l.h, l.level) })
+		left, err = l.h.changeLevel(rctx, func(int) (int64, error) { return l.c.release(rctx, l.h, l.level) })
 	}
 	panicked = false
 	err = l.settleUnlock(left, err, wasLive, wasReleased)

@@ -1,13 +1,16 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -94,13 +97,23 @@ func TestRetriedInnerUnlockKeepsLaterReentry(t *testing.T) {
 		}()
 		// The release has run and its reply is lost: the other re-entry
 		// goes before go-redis sends the release again, unless it waits
-		// for this Unlock to end. Waiting for it would never end then,
-		// so the wait is bounded; it is no part of a passing run's
-		// ordering.
-		select {
-		case r := <-other:
-			other <- r
-		case <-time.After(300 * time.Millisecond):
+		// for this Unlock to end (it then makes levelFree to wait on).
+		// Either is waited for; the test checks the outcome below.
+		waiting := func() bool {
+			outer.h.levelMu.Lock()
+			defer outer.h.levelMu.Unlock()
+			return outer.h.levelFree != nil
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			select {
+			case r := <-other:
+				other <- r
+				return
+			default:
+			}
+			if waiting() {
+				return
+			}
 		}
 	}
 	h.Left.Store(1)
@@ -126,4 +139,50 @@ func TestRetriedInnerUnlockKeepsLaterReentry(t *testing.T) {
 	if err := outer.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An inner Unlock that waits for another goroutine's re-entry of the same
+// lock (inner level changes go one at a time) still honours its context:
+// it does not wait for as long as that re-entry's round trip takes.
+func TestInnerUnlockHonoursCtxWhileReentryWaits(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c := newClientOn(t, rdb)
+	outer := mustLock(t, c, "level-wait")
+	inner, err := c.Lock(outer.Context(), "level-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha := []byte(reenterScript.Hash())
+	froze := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, sha) })
+	defer proxy.Thaw()
+	reentered := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(outer.Context(), 8*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, "level-wait")
+		if err == nil {
+			_ = l.Unlock(context.Background())
+		}
+		reentered <- err
+	}()
+	testutil.Receive(t, froze, 5*time.Second, "the re-entry's request")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = inner.Unlock(ctx)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("inner Unlock with a 200ms context took %v: it waited for the other re-entry's round trip", d)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("inner Unlock: %v, want the context's error", err)
+	}
+	proxy.Thaw()
+	testutil.Receive(t, reentered, 10*time.Second, "the re-entry's end")
 }

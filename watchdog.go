@@ -27,8 +27,13 @@ type hold struct {
 	// reply meets the count it was meant for, not one that another
 	// goroutine's re-entry has set since. levels is the hold count the
 	// last of them returned (1 at the grant): a re-entry asks for one more.
-	levelMu sync.Mutex
-	levels  int
+	// Guarded by levelMu, which is never held across a round trip:
+	// levelBusy marks a change under way, and levelFree, made by the first
+	// change to wait for it, is closed when it ends.
+	levelMu   sync.Mutex
+	levels    int
+	levelBusy bool
+	levelFree chan struct{}
 
 	// Guarded by watchdog.mu.
 	ttl        time.Duration // the lease each renewal sets
@@ -58,14 +63,42 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 
 // changeLevel runs change, a re-entry or an inner release, given the hold
 // count last returned, with no other level change of h under way, and
-// records the count it returns.
-func (h *hold) changeLevel(change func(levels int) (int64, error)) (int64, error) {
+// records the count it returns. Waiting for a change under way honours
+// ctx: if it ends first, change is not run and the error is ctx's, as for
+// a request never sent.
+func (h *hold) changeLevel(ctx context.Context, change func(levels int) (int64, error)) (int64, error) {
 	h.levelMu.Lock()
-	defer h.levelMu.Unlock()
-	n, err := change(h.levels)
-	if err == nil && n > 0 {
-		h.levels = int(n)
+	for h.levelBusy {
+		if h.levelFree == nil {
+			h.levelFree = make(chan struct{})
+		}
+		free := h.levelFree
+		h.levelMu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return 0, notSentError{ctx.Err()}
+		}
+		h.levelMu.Lock()
 	}
+	h.levelBusy = true
+	levels := h.levels
+	h.levelMu.Unlock()
+	var n int64
+	var err error
+	defer func() {
+		h.levelMu.Lock()
+		if err == nil && n > 0 {
+			h.levels = int(n)
+		}
+		h.levelBusy = false
+		if h.levelFree != nil {
+			close(h.levelFree)
+			h.levelFree = nil
+		}
+		h.levelMu.Unlock()
+	}()
+	n, err = change(levels)
 	return n, err
 }
 
