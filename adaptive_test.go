@@ -438,7 +438,9 @@ func TestAdaptiveLeaseUnderContention(t *testing.T) {
 	s := holdStats(t, c, "busy")
 	lease := (&adaptiveConfig{margin: 2}).lease(s)
 	t.Logf("%d workers, work %v: recorded mean %v, dev %v, lease %v (%.1fx the work)", workers, work, s.Mean, s.Dev, lease, float64(lease)/float64(work))
-	if s.Samples != workers*rounds || s.Mean > 5*work/2 {
+	// Queue time counted would make the mean about workers × work; 3 ×
+	// work leaves room for a loaded machine's late wake-ups.
+	if s.Samples != workers*rounds || s.Mean > 3*work {
 		t.Errorf("stats %+v for work of %v", s, work)
 	}
 }
