@@ -629,3 +629,50 @@ func TestCloseDuringAcquireReply(t *testing.T) {
 	}
 	o.check(t, "k")
 }
+
+// Close while an Unlock's release hangs: the hold is left to that Unlock,
+// but its lease is renewed no more, so its Context must end by the lease's
+// deadline, as it would have before Close, not stay live past it.
+func TestCloseDuringHungUnlockEndsAtDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	sent, resume := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	h := scriptHook{before: map[string]func() error{releaseScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			sent <- struct{}{}
+			<-resume
+		}
+		return nil
+	}}}
+	o := &holdLog{}
+	c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
+	const ttl = 300 * time.Millisecond
+	l := mustLock(t, c, "k", WithTTL(ttl))
+	armed.Store(true)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(context.Background()) }()
+	<-sent
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := c.dog.deadline(l.h)
+	select {
+	case <-l.Done():
+	case <-time.After(time.Until(deadline) + ttl):
+		t.Errorf("lock's Context still live %v after its lease's deadline, its Unlock hanging after Close", ttl)
+	}
+	if cause := context.Cause(l.Context()); l.Context().Err() != nil && !errors.Is(cause, ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", cause)
+	}
+	close(resume)
+	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
+	// Lost at its deadline, as the watchdog would have declared it before
+	// Close; the Unlock's release then ran, before or after Redis expired
+	// the key.
+	o.mu.Lock()
+	got := strings.Join(o.events, ", ")
+	o.mu.Unlock()
+	if !strings.HasPrefix(got, "acquired k, lost k, ") || strings.Count(got, "lost k") != 1 {
+		t.Errorf("events = %q, want acquired, lost once, then the Unlock's outcome", got)
+	}
+}

@@ -48,6 +48,7 @@ type hold struct {
 	releasing  bool          // Unlock of the outermost level has begun
 	handing    bool          // watched, its grant not reported yet (handOut)
 	closedBy   error         // the cause Close ended it with while handing: handOut reports it
+	expiry     *time.Timer   // after Close, while its Unlock is under way: ends it at its deadline
 }
 
 // trust records that Redis granted or reset a lease of d at some instant
@@ -173,8 +174,17 @@ func (w *watchdog) remove(h *hold) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.holds[h]
-	delete(w.holds, h)
+	w.drop(h)
 	return ok
+}
+
+// drop stops watching h. Called with mu held.
+func (w *watchdog) drop(h *hold) {
+	delete(w.holds, h)
+	if h.expiry != nil {
+		h.expiry.Stop()
+		h.expiry = nil
+	}
 }
 
 // claim waits until no renewal of h is under way and marks h busy, so that
@@ -261,7 +271,7 @@ func (w *watchdog) releasedBySelf(h *hold) bool {
 	if !h.releasing {
 		return false
 	}
-	delete(w.holds, h)
+	w.drop(h)
 	return true
 }
 
@@ -304,8 +314,16 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 		switch {
 		case h.releasing:
 			// Its Unlock, under way, settles it: released, or given up
-			// (Lost) if the release fails; not both.
+			// (Lost) if the release fails; not both. Renewed no more, it
+			// is lost at its deadline if that Unlock has not settled it by
+			// then (as the loop would have declared it), lest its Context
+			// outlive its lease.
 			w.holds[h] = struct{}{}
+			h.expiry = time.AfterFunc(time.Until(h.deadline), func() {
+				if w.remove(h) {
+					w.lose(h, fmt.Errorf("%w: %w: the lease ran out before its Unlock was answered", ErrLockLost, ErrClosed))
+				}
+			})
 		case h.handing:
 			// Lost after its grant is reported (handOut), not before.
 			h.closedBy = cause
@@ -506,7 +524,7 @@ func (w *watchdog) renew(due []*hold) {
 				// lost): the lock may be someone else's already, so the
 				// hold ends now, as released, not lost. Unlock (or its
 				// retry) then finds it gone and says nil.
-				delete(w.holds, h)
+				w.drop(h)
 				released = append(released, h)
 				continue
 			}
