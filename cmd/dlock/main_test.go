@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -32,6 +33,19 @@ const processTimeout = 45 * time.Second
 
 func TestMain(m *testing.M) {
 	testutil.QuietRedisLog()
+	// Processes started here inherit a signal this one ignores, and dlock
+	// keeps such a signal ignored (nohup): run under nohup (SIGHUP), or
+	// as a background job of a shell without job control (SIGINT, when
+	// not run by go test, which catches it), the tests that hang up or
+	// interrupt dlock would find it still running after 45s. Caught
+	// instead (and dropped, so still of no effect here), the signals
+	// reach the children with their default action; the tests of an
+	// ignored signal set it ignored themselves (startIgnoringHangup).
+	for _, sig := range []os.Signal{syscall.SIGHUP, os.Interrupt} {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 	dir, err := os.MkdirTemp("", "dlock-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
