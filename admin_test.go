@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -274,11 +273,7 @@ func TestInspectCountsLiveWaitersOnly(t *testing.T) {
 		return info.Waiters
 	}
 
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.Addr())
 	dead, _ := hookedClient(t, proxy.Addr(), scriptHook{}, WithQueueTTL(300*time.Millisecond))
 	deadCtx, cancelDead := context.WithCancel(ctx)
 	deadDone := make(chan error, 1)

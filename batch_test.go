@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -31,11 +30,7 @@ func inflight(c *Client) (running, queued int) {
 // can never take a lock after its caller gave up.
 func TestBatchQueuesAndDropsCancelledCalls(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.Addr())
 	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
 	defer cut.Close()
 	c := newClientOn(t, cut)
@@ -189,11 +184,7 @@ func TestBatchSlotFreedByPanic(t *testing.T) {
 // (not dropped unsent, which would pass without testing anything).
 func TestBatchedUnlockHonoursItsContext(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	c := newClientOn(t, rdb)

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -402,11 +401,7 @@ func TestCloseFromLostReportedByReenter(t *testing.T) {
 // another client, which still reaches Redis, would take the lock meanwhile.
 func TestCloseEndsLocksBeforeWaitingForStuckRenewals(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := startProxy(t, srv.Addr())
 	// go-redis does not cut a read short at the context's cancellation
 	// (no ContextTimeoutEnabled): the renewal stays stuck.
 	rdbA := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 30 * time.Second})

@@ -945,11 +945,7 @@ func TestClusterRenewalAfterScriptFlushWithAReplicaHung(t *testing.T) {
 func proxiedToOneMaster(t *testing.T, cl *redistest.Cluster) (cc *redis.ClusterClient, proxy *tcpproxy.Proxy, hung string) {
 	t.Helper()
 	hung = cl.Nodes[1].Addr()
-	proxy, err := tcpproxy.New(hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy = startProxy(t, hung)
 	cc = redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cl.Addrs(),
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -122,11 +121,7 @@ func TestKilledHolderFreesLockAfterLease(t *testing.T) {
 
 func TestHolderCutOffLearnsOfLossBeforeOthersAcquire(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.Addr())
 	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	defer cut.Close()
 	holder := newClientOn(t, cut)
@@ -511,11 +506,7 @@ func waitThroughOutage(t *testing.T, queueTTL time.Duration, opts ...LockOption)
 	t.Helper()
 	srv := redistest.Start(t)
 	holder := newClientOn(t, srv.Client(t))
-	p, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := startProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	waiter := newClientOn(t, rdb, WithQueueTTL(queueTTL))
@@ -529,7 +520,7 @@ func waitThroughOutage(t *testing.T, queueTTL time.Duration, opts ...LockOption)
 	got := lockThenUnlock(wctx, waiter, "outage", opts...)
 	waitQueuedAndSubscribed(t, srv.Client(t), waiter, "outage")
 	p.Close() // Redis is out of the waiter's reach from now on: every check fails
-	err = <-got
+	err := <-got
 	return time.Since(start), err
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -146,11 +145,7 @@ func TestRetriedInnerUnlockKeepsLaterReentry(t *testing.T) {
 // it does not wait for as long as that re-entry's round trip takes.
 func TestInnerUnlockHonoursCtxWhileReentryWaits(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	c := newClientOn(t, rdb)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -81,11 +80,7 @@ func TestExtendWaitsForRenewal(t *testing.T) {
 // for it.
 func TestExtendWithLostReply(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := startProxy(t, srv.Addr())
 	c, _ := hookedClient(t, proxy.Addr(), scriptHook{})
 	ctx := context.Background()
 	l := mustLock(t, c, "extend-lost", WithTTL(5*time.Second))
@@ -93,7 +88,7 @@ func TestExtendWithLostReply(t *testing.T) {
 	proxy.Freeze() // the Extend is sent, no reply comes back in time
 	ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	start := time.Now()
-	err = l.Extend(ectx, 300*time.Millisecond)
+	err := l.Extend(ectx, 300*time.Millisecond)
 	cancel()
 	if err == nil {
 		t.Fatal("Extend through a frozen connection succeeded")
