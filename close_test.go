@@ -515,27 +515,18 @@ func TestCloseDuringUnlock(t *testing.T) {
 		{"release failed", errors.New("connection reset"), errReleaseFailed, []string{"acquired k", "lost k", "error k"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sent, resume := make(chan struct{}), make(chan struct{})
-			var armed atomic.Bool
-			h := scriptHook{before: map[string]func() error{releaseScript.Hash(): func() error {
-				if armed.Load() {
-					sent <- struct{}{}
-					<-resume
-					return tc.fail
-				}
-				return nil
-			}}}
+			held := newHeldCall(tc.fail)
 			o := &holdLog{}
-			c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
+			c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}}, WithObserver(o))
 			l := mustLock(t, c, "k")
-			armed.Store(true)
+			held.arm()
 			unlocked := make(chan error, 1)
 			go func() { unlocked <- l.Unlock(context.Background()) }()
-			<-sent // the release is on its way
+			<-held.reached // the release is on its way
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
-			close(resume)
+			held.release()
 			if err := testutil.Receive(t, unlocked, 5*time.Second, "Unlock"); !errors.Is(err, tc.fail) {
 				t.Fatalf("Unlock = %v, want %v", err, tc.fail)
 			}
@@ -583,24 +574,16 @@ func TestCloseDuringGrant(t *testing.T) {
 // Observer hears of no hold.
 func TestCloseDuringAcquireReply(t *testing.T) {
 	srv := redistest.Start(t)
-	ran, resume := make(chan struct{}), make(chan struct{})
-	var armed atomic.Bool
-	h := scriptHook{after: map[string]func() error{acquireScript.Hash(): func() error {
-		if armed.CompareAndSwap(true, false) {
-			ran <- struct{}{}
-			<-resume
-		}
-		return nil
-	}}}
+	held := newHeldCall(nil)
 	o := &holdLog{}
-	c, rdb := hookedClient(t, srv.Addr(), h, WithObserver(o))
-	armed.Store(true)
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{acquireScript.Hash(): held.run}}, WithObserver(o))
+	held.arm()
 	got := make(chan error, 1)
 	go func() {
 		_, err := c.Lock(context.Background(), "k")
 		got <- err
 	}()
-	<-ran // Redis granted the lock; the reply is not read yet
+	<-held.reached // Redis granted the lock; the reply is not read yet
 	closed := make(chan struct{})
 	go func() {
 		_ = c.Close()
@@ -614,7 +597,7 @@ func TestCloseDuringAcquireReply(t *testing.T) {
 			return false
 		}
 	})
-	close(resume)
+	held.release()
 	<-closed
 	if n, err := rdb.Exists(context.Background(), c.keys("k").lock).Result(); err != nil || n != 0 {
 		t.Errorf("lock key after Close: exists = %d, %v; want released by the Lock call Close waited for", n, err)
@@ -630,23 +613,15 @@ func TestCloseDuringAcquireReply(t *testing.T) {
 // deadline, as it would have before Close, not stay live past it.
 func TestCloseDuringHungUnlockEndsAtDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	sent, resume := make(chan struct{}), make(chan struct{})
-	var armed atomic.Bool
-	h := scriptHook{before: map[string]func() error{releaseScript.Hash(): func() error {
-		if armed.CompareAndSwap(true, false) {
-			sent <- struct{}{}
-			<-resume
-		}
-		return nil
-	}}}
+	held := newHeldCall(nil)
 	o := &holdLog{}
-	c, _ := hookedClient(t, srv.Addr(), h, WithObserver(o))
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}}, WithObserver(o))
 	const ttl = 300 * time.Millisecond
 	l := mustLock(t, c, "k", WithTTL(ttl))
-	armed.Store(true)
+	held.arm()
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- l.Unlock(context.Background()) }()
-	<-sent
+	<-held.reached
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +634,7 @@ func TestCloseDuringHungUnlockEndsAtDeadline(t *testing.T) {
 	if cause := context.Cause(l.Context()); l.Context().Err() != nil && !errors.Is(cause, ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", cause)
 	}
-	close(resume)
+	held.release()
 	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
 	// Lost at its deadline, as the watchdog would have declared it before
 	// Close; the Unlock's release then ran, before or after Redis expired

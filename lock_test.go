@@ -1038,28 +1038,21 @@ func TestExponentialBackoffNeverNegative(t *testing.T) {
 func TestInnerUnlockMeetingOuterRelease(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	var armed atomic.Bool
-	ran, proceed := make(chan struct{}), make(chan struct{})
-	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
-		if armed.CompareAndSwap(true, false) {
-			close(ran) // the outer release ran in Redis; hold its reply back
-			<-proceed
-		}
-		return nil
-	}}})
+	held := newHeldCall(nil) // the outer release ran in Redis; its reply is held back
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: held.run}})
 	outer := mustLock(t, c, "nested-race", WithTTL(30*time.Second))
 	inner, err := c.Lock(outer.Context(), "nested-race")
 	if err != nil {
 		t.Fatal(err)
 	}
-	armed.Store(true)
+	held.arm()
 	var wg sync.WaitGroup
 	var outerErr error
 	wg.Add(1)
 	go func() { defer wg.Done(); outerErr = outer.Unlock(ctx) }()
-	<-ran
+	<-held.reached
 	innerErr := inner.Unlock(ctx)
-	close(proceed)
+	held.release()
 	wg.Wait()
 	if outerErr != nil {
 		t.Errorf("outer Unlock = %v, want nil", outerErr)

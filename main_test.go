@@ -230,6 +230,32 @@ func failNext(err error) (fn func() error, arm func()) {
 	}, func() { armed.Store(true) }
 }
 
+// heldCall holds back the first call made after arm, as a scriptHook
+// function: it closes reached, waits for release, and fails the call with
+// err (nil: passes it). Every other call passes.
+type heldCall struct {
+	armed    atomic.Bool
+	err      error
+	reached  chan struct{}
+	released chan struct{}
+}
+
+func newHeldCall(err error) *heldCall {
+	return &heldCall{err: err, reached: make(chan struct{}), released: make(chan struct{})}
+}
+
+func (c *heldCall) run() error {
+	if !c.armed.CompareAndSwap(true, false) {
+		return nil
+	}
+	close(c.reached)
+	<-c.released
+	return c.err
+}
+
+func (c *heldCall) arm()     { c.armed.Store(true) }
+func (c *heldCall) release() { close(c.released) }
+
 // run calls fns' function for cmd's script, if any, and sets its error.
 func (h scriptHook) run(fns map[string]func() error, cmd redis.Cmder) error {
 	a := cmd.Args()

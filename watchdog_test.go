@@ -35,18 +35,11 @@ func renewing(l *Lock) bool {
 func TestExtendWaitsForRenewal(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	var armed atomic.Bool
-	ran, proceed := make(chan struct{}), make(chan struct{})
-	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): func() error {
-		if armed.CompareAndSwap(true, false) {
-			close(ran)
-			<-proceed
-		}
-		return nil
-	}}})
-	armed.Store(true)
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): held.run}})
+	held.arm()
 	l := mustLock(t, c, "extend-race", WithTTL(1500*time.Millisecond))
-	<-ran // a renewal to 1.5 s ran in Redis; its reply is held back
+	<-held.reached // a renewal to 1.5 s ran in Redis; its reply is held back
 
 	extended := make(chan error, 1)
 	before := time.Now()
@@ -56,7 +49,7 @@ func TestExtendWaitsForRenewal(t *testing.T) {
 		defer c.dog.mu.Unlock()
 		return len(extended) == 1 || l.h.idle != nil
 	})
-	close(proceed)
+	held.release()
 	if err := <-extended; err != nil {
 		t.Fatal(err)
 	}
