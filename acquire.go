@@ -13,7 +13,9 @@ import (
 // Waiters queue in Redis in arrival order. A release hands the lock straight
 // to the first live waiter and tells that waiter alone over pub/sub, so
 // waiting costs no polling and nobody starves. If ctx was derived from the
-// Context of a lock this Client holds on key, Lock re-enters it instead.
+// Context of a lock this Client holds on key, Lock re-enters it instead,
+// after any other re-entry or inner Unlock of that lock under way (or it
+// returns ctx's error if ctx ends first).
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {

@@ -18,7 +18,8 @@ import (
 // acquisition's round trip is covered, or, for a lock handed over to a
 // waiter, the hand-over (the time spent queued is not counted; the time a
 // check took to find the hand-over is, while a hand-over message counts
-// from its arrival, its transit left out). It is kept in Redis,
+// from its arrival, its transit left out; with WithReplicaAck, which sets
+// the lease again, from there). It is kept in Redis,
 // in a small hash beside the lock (prefix{key}:stats, shared by every
 // process and kept for a week after its last update), as moving averages
 // of the hold time and of its deviation (as TCP estimates round trips,

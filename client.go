@@ -91,9 +91,10 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // Close stops renewing the Client's locks and closes its pub/sub
 // connection. Locks still held are not released: they expire with their
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
-// nothing renews them any more; a lock whose Unlock is under way is left
-// to that Unlock (and lost at its lease's deadline if that Unlock has not
-// ended by then). Lock calls under way give up with
+// nothing renews them any more; a lock whose outermost Unlock is under way
+// is left to that Unlock (and lost at its lease's deadline if that Unlock
+// has not ended by then, which may be after Close returned). Lock calls
+// under way give up with
 // ErrClosed, and Close waits for them to leave the queue or release what
 // they got, and for the renewals under way (5 s at most in all, if Redis
 // does not answer). Calls of the Client's methods after Close return

@@ -151,6 +151,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Unlock again after an error is safe: it never releases more than this
 // Lock's own hold.
 //
+// An inner Unlock waits for a re-entry or another inner Unlock of the same
+// lock under way; if ctx ends first, it returns ctx's error and gives
+// nothing back. The outermost Unlock never waits for them.
+//
 // An Unlock whose ctx has already ended (a deferred Unlock with a request's
 // context, say) still sends the release, and waits for it up to 1 s (a
 // Redlock Client, its per-node timeout of releases), rather than leave the

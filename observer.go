@@ -15,7 +15,9 @@ import (
 // Its methods are called synchronously from the goroutine doing the work
 // (Renew, and Lost of an expired lease, from the Client's watchdog; Lost
 // also from the call that found the loss, such as Unlock, Extend, TTL or
-// Close), concurrently for different locks, so they must be safe for
+// Close, from a Lock call that Close ended while AcquireEnd ran, and from
+// a timer for a lock whose Unlock Close left under way and whose lease
+// then ran out), concurrently for different locks, so they must be safe for
 // concurrent use and quick: record the figure and return. They may call
 // the Client's Close. A panic in AcquireEnd releases the lock it reports,
 // which the caller then never gets. Embed NopObserver to implement only

@@ -20,11 +20,12 @@
 // Exit status: 0 on success; `run` exits with its command's status (128+N
 // if a signal N killed it; 126 if it cannot be run, 127 if not found); 64
 // for usage errors (bad flag, duration, URL, --prefix, KEY or --meta,
-// missing --, whether or not Redis can be reached); 69 when Redis cannot be reached or fails; 75 when `run` did not
+// missing --, an unknown command or help topic, whether or not Redis can
+// be reached); 69 when Redis cannot be reached or fails; 75 when `run` did not
 // get the lock (--no-wait, --wait); 79 when `run` lost the lock while its
 // command ran; 128+N when signal N interrupted a wait for the lock, `demo`
 // or `bench`; 1 for anything else (for example `release --force` of a lock
-// that is not held).
+// that is not held, or output that cannot be written).
 package main
 
 import "os"
