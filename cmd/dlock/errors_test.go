@@ -50,6 +50,7 @@ func TestBadInput(t *testing.T) {
 		{"missing key", nil, []string{"run", "--", "true"}, exitUsage, "missing KEY"},
 		{"unknown command", nil, []string{"lock", "k"}, exitUsage, `unknown command "lock"`},
 		{"unknown help topic", nil, []string{"help", "nosuch"}, exitUsage, `unknown help topic "nosuch" for "dlock"`},
+		{"unknown help subtopic", nil, []string{"help", "run", "nosuch"}, exitUsage, `unknown help topic "run nosuch" for "dlock"`},
 		{"unreachable", nil, []string{"--redis", "redis://:" + secret + "@" + stopped.Addr(), "run", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
 		{"unreachable from environment", []string{"DLOCK_REDIS_URL=redis://u:" + secret + "@" + stopped.Addr()}, []string{"inspect", "k"}, exitUnavailable, "cannot reach Redis"},
 		// Bad input is a usage error whether or not Redis can be reached.

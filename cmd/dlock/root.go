@@ -167,7 +167,7 @@ func (a *app) strictHelp(root *cobra.Command) {
 	show := help.Run
 	help.Run = nil
 	help.RunE = func(cmd *cobra.Command, args []string) error {
-		if c, _, err := root.Find(args); c == nil || err != nil {
+		if c, rest, err := root.Find(args); c == nil || err != nil || len(rest) > 0 {
 			return usagef("unknown help topic %q for %q (see '%s --help')", strings.Join(args, " "), root.Name(), root.CommandPath())
 		}
 		show(cmd, args)
