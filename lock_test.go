@@ -1158,14 +1158,23 @@ func TestRetriedInnerUnlockReportsForceRelease(t *testing.T) {
 	}
 }
 
-// An Extend or TTL that finds the lock key holding another kind of value
-// (a string SET over it) meets a lost lock, as a renewal does
-// (TestRenewalFindingWrongTypeKeyIsLoss): it must say ErrLockLost and end
-// the Context now, not at the next renewal.
-func TestExtendAndTTLFindingWrongTypeKeyIsLoss(t *testing.T) {
-	for name, call := range map[string]func(*Lock) error{
-		"Extend": func(l *Lock) error { return l.Extend(context.Background(), time.Minute) },
-		"TTL":    func(l *Lock) error { _, err := l.TTL(context.Background()); return err },
+// An Extend, TTL, re-entry or Unlock that finds the lock key holding
+// another kind of value (a string SET over it) meets a lost lock, as a
+// renewal does (TestRenewalFindingWrongTypeKeyIsLoss): it must say so
+// (ErrLockLost; ErrNotHeld for Unlock) and end the Context now, not at the
+// next renewal.
+func TestCallsFindingWrongTypeKeyIsLoss(t *testing.T) {
+	for name, tc := range map[string]struct {
+		call func(*Lock) error
+		want error
+	}{
+		"Extend": {func(l *Lock) error { return l.Extend(context.Background(), time.Minute) }, ErrLockLost},
+		"TTL":    {func(l *Lock) error { _, err := l.TTL(context.Background()); return err }, ErrLockLost},
+		"Reenter": {func(l *Lock) error {
+			_, err := l.c.Lock(l.Context(), l.Key())
+			return err
+		}, ErrLockLost},
+		"Unlock": {func(l *Lock) error { return l.Unlock(context.Background()) }, ErrNotHeld},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{}
@@ -1176,8 +1185,8 @@ func TestExtendAndTTLFindingWrongTypeKeyIsLoss(t *testing.T) {
 			if err := rdb.Set(ctx, key, "not a lock", 0).Err(); err != nil { // SET replaces the hash
 				t.Fatal(err)
 			}
-			if err := call(l); !errors.Is(err, ErrLockLost) {
-				t.Fatalf("%s = %v, want ErrLockLost", name, err)
+			if err := tc.call(l); !errors.Is(err, tc.want) {
+				t.Fatalf("%s = %v, want %v", name, err, tc.want)
 			}
 			select {
 			case <-l.Done():

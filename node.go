@@ -198,15 +198,26 @@ func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backen
 // Release gives back holds down to level-1, handing the lock over when
 // none are left.
 func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
+	var left int64
+	var err error
 	if n.ack != nil {
-		return n.releaseAcked(ctx, l, level)
+		left, err = n.releaseAcked(ctx, l, level)
+	} else {
+		left, err = n.batch.run(ctx, releaseEval, leaseKeys(l).args[:], &l.Token, level).Int64()
 	}
-	return n.batch.run(ctx, releaseEval, leaseKeys(l).args[:], &l.Token, level).Int64()
+	if backend.WrongType(err) {
+		return -1, nil // another kind of value at the lock's name: not held, as for a renewal
+	}
+	return left, err
 }
 
 // Reenter raises the hold count to level.
 func (n *node) Reenter(ctx context.Context, l *backend.Lease, level int) (int64, error) {
-	return reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, level).Int64()
+	v, err := reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, level).Int64()
+	if backend.WrongType(err) {
+		return 0, nil // another kind of value at the lock's name: not held, as for a renewal
+	}
+	return v, err
 }
 
 // Close closes the pub/sub connections. The Redis client stays open: it
