@@ -20,26 +20,37 @@ var errWaitedTooLong = errors.New("--wait ran out")
 
 // watchSignals returns a context cancelled (with a signalError) by the
 // first signal from sigs, and a function that stops watching and returns
-// that signal's error, if one came. After it returns, sigs is the caller's
-// again.
+// that signal's error, if one came, even as it stopped. After it returns,
+// sigs is the caller's again.
 func watchSignals(sigs <-chan os.Signal) (context.Context, func() error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan struct{})
+	var caught os.Signal // read once done is closed
 	go func() {
 		defer close(done)
 		select {
 		case s := <-sigs:
+			caught = s
 			cancel(signalError{s})
 		case <-ctx.Done():
 		}
 	}()
 	return ctx, func() error {
-		cancel(nil)
+		cancel(nil) // may come before the watcher's own, with its signal
 		<-done
-		if err, ok := context.Cause(ctx).(signalError); ok {
-			return err
+		if caught == nil {
+			// One that came as the watch ended counts too: the caller has
+			// not acted on the wait's outcome yet (run has not started
+			// COMMAND, which must not start after an interrupt).
+			select {
+			case caught = <-sigs:
+			default:
+			}
 		}
-		return nil
+		if caught == nil {
+			return nil
+		}
+		return signalError{caught}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -146,6 +147,17 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	graceTimer := time.NewTimer(grace)
 	graceTimer.Stop()
 	defer graceTimer.Stop()
+	// In a group of its own COMMAND does not get the terminal's Ctrl-Z (nor
+	// a SIGCONT to dlock's group): stopped alone, dlock would leave it
+	// working while nothing renews the lock. So dlock stops and resumes
+	// with it, as one shell job (in a shared group the kernel does that).
+	var jobSigs chan os.Signal
+	if ch.pgid > 0 {
+		jobSigs = make(chan os.Signal, 2)
+		// Never empty (SIGCONT): Notify with no signal would catch them all.
+		signal.Notify(jobSigs, append(notIgnored([]os.Signal{syscall.SIGTSTP}), syscall.SIGCONT)...)
+		defer signal.Stop(jobSigs)
+	}
 	stop := func(cause error, what string) {
 		lost, lockDone, holdC = cause, nil, nil
 		ch.signal(syscall.SIGTERM) // before telling of it: stderr may be slow
@@ -168,6 +180,14 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 				continue // the terminal sent it to the command as well
 			}
 			ch.signal(sig)
+		case s := <-jobSigs:
+			if s == syscall.SIGCONT {
+				ch.signal(syscall.SIGCONT)
+				continue
+			}
+			// SIGSTOP, not the SIGTSTP COMMAND could ignore and work on.
+			ch.signal(syscall.SIGSTOP)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case <-lockDone:
 			cause := lossCause(l)
 			stop(cause, fmt.Sprintf("lost the lock %q (%s)", l.Key(), a.errorLine(cause)))

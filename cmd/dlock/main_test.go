@@ -201,6 +201,13 @@ func inspect(t *testing.T, c *dlock.Client, key string) *dlock.LockInfo {
 	return info
 }
 
+// testKey is a lock name of the test's own (its temporary directory's, made
+// unique per run), so that runs with -count do not share a lock.
+func testKey(t *testing.T) string {
+	t.Helper()
+	return filepath.Base(filepath.Dir(t.TempDir()))
+}
+
 // fileText returns a file's content, or "" if it does not exist yet.
 func fileText(path string) string {
 	b, _ := os.ReadFile(path)

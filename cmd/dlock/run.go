@@ -67,11 +67,23 @@ it can use the terminal; Ctrl-C then reaches it directly and is not forwarded
 twice. There dlock forwards no SIGINT or SIGQUIT at all (it cannot tell a kill
 from a keypress: signal COMMAND itself), and sends the other signals, and
 those of a lost lock, to COMMAND and the processes it started (on Linux;
-elsewhere to COMMAND alone).
+elsewhere to COMMAND alone). A signal that comes once the lock is granted
+but before COMMAND starts ends dlock as one during the wait does: COMMAND is
+not started and the lock is released.
+
+Ctrl-Z (SIGTSTP) stops COMMAND and dlock together, as one job, and fg or bg
+(SIGCONT) resumes both. A stopped dlock renews nothing: stopped longer than
+--ttl, the lock may go to another holder, and once resumed dlock stops
+COMMAND and exits 79, as for a lost lock. (SIGSTOP, which dlock cannot catch,
+stops dlock alone.)
+
+When COMMAND exits, the lock is released: processes it left running in the
+background go on without it. Have COMMAND wait for them (a shell's wait).
 
 Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
 79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 128+N if signal
-N interrupted the wait for the lock; 64 usage; 69 Redis unreachable.`,
+N interrupted the wait for the lock (or came before COMMAND started); 64
+usage; 69 Redis unreachable.`,
 		Example: `  dlock run nightly-report -- ./report.sh --date today
   dlock run --no-wait --ttl 10s deploy -- make deploy
   dlock run --wait 30s --meta "job 42" import:orders -- python import.py`,

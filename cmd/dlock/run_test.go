@@ -500,3 +500,24 @@ func TestRunCommandKeepsDefaultSIGPIPE(t *testing.T) {
 		t.Errorf("yes in COMMAND ended with status %q, want 141 (killed by SIGPIPE)", got)
 	}
 }
+
+// README ("dlock run"): a process COMMAND left running in the background
+// goes on after COMMAND exits, without the lock, which dlock has released.
+func TestRunLeavesBackgroundProcessesRunning(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	key := testKey(t)
+	dlockRun(t, baseEnv("PIDF="+pidFile), "--redis", sharedURL(), "run", key, "--",
+		"sh", "-c", `sleep 1000 > /dev/null 2>&1 & echo $! > "$PIDF"`).want(t, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if processGone(pid) {
+		t.Errorf("the background process %d was stopped with COMMAND", pid)
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,5 +300,174 @@ func TestDemoAndBenchStdoutClosedLeaveNoKeys(t *testing.T) {
 				t.Errorf("dlock %s (%v) left keys behind once its stdout was closed: %q\nstderr: %s", args[0], cmd.ProcessState, keys, stderr.String())
 			}
 		})
+	}
+}
+
+// A signal that comes once the lock is granted but before COMMAND starts
+// ends the run as one during the wait does: COMMAND does not start, the
+// lock is released at once (not left to its lease), and dlock exits 128+N.
+// The window is held open by a full stderr pipe: with --verbose the grant
+// is logged before dlock goes on, and that write blocks until it is read.
+func TestRunSignalAfterGrantBeforeCommandStarts(t *testing.T) {
+	t.Parallel()
+	c := lockClient(t, shared.Addr())
+	key := testKey(t)
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(fds[0]), "stderr-r"), os.NewFile(uintptr(fds[1]), "stderr-w")
+	defer r.Close()
+	for {
+		if _, err := syscall.Write(fds[1], make([]byte, 4096)); err == syscall.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.SetNonblock(fds[1], false); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: exec.Command(dlockBin, "--verbose", "--redis", sharedURL(), "run", key, "--", "sh", "-c", "echo ran"), done: make(chan struct{})}
+	p.cmd.Env = baseEnv()
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	waitUntil(t, 10*time.Second, "dlock to get the lock", func() bool { return inspect(t, c, key).Held })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Unblocked before its runtime has passed the signal on (the kernel
+	// has delivered it, and no thread is left running), dlock could start
+	// COMMAND and forward the signal to it.
+	waitUntil(t, 10*time.Second, "dlock to take the signal", func() bool {
+		return !signalPending(p.cmd.Process.Pid, syscall.SIGTERM) && !anyThreadRunning(p.cmd.Process.Pid)
+	})
+	stderr := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); stderr <- b }()
+	code := p.wait(t)
+	errText := <-stderr
+	if code != 128+15 {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, 128+15, errText)
+	}
+	if strings.Contains(p.stdout.String(), "ran") {
+		t.Error("the command ran after dlock was interrupted")
+	}
+	if info := inspect(t, c, key); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
+
+// processState is the state letter of process pid (Linux /proc): 'T' when
+// stopped, 0 if it cannot be read.
+func processState(pid int) byte {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	if rest == "" {
+		return 0
+	}
+	return rest[0]
+}
+
+// A SIGTSTP to dlock (Ctrl-Z of a job that was started in the background,
+// where COMMAND has a process group of its own) stops COMMAND and dlock
+// together, as a shell job stops, and a SIGCONT to dlock (fg, bg) resumes
+// both. Were dlock to stop alone, COMMAND would work on while nothing
+// renews the lock.
+func TestRunStopAndContinueReachCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile, fifo := filepath.Join(dir, "pid"), filepath.Join(dir, "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := testKey(t)
+	p := start(t, baseEnv("PIDF="+pidFile, "FIFO="+fifo), "--redis", sharedURL(), "run", key, "--",
+		"sh", "-c", `echo $$ > "$PIDF"; read x < "$FIFO"; echo done`)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(fileText(pidFile), "\n") })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dpid := p.cmd.Process.Pid
+	if err := p.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "dlock and the command to be stopped", func() bool {
+		return processState(dpid) == 'T' && processState(pid) == 'T'
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "dlock and the command to go on", func() bool {
+		return processState(dpid) != 'T' && processState(pid) != 'T'
+	})
+	release(t, fifo)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr.String())
+	}
+	if got := p.stdout.String(); got != "done\n" {
+		t.Errorf("stdout %q", got)
+	}
+	if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held {
+		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
+
+// signalPending reports whether sig is pending for process pid, not yet
+// taken by any of its threads (Linux /proc).
+func signalPending(pid int, sig syscall.Signal) bool {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		name, mask, ok := strings.Cut(line, ":\t")
+		if !ok || (name != "SigPnd" && name != "ShdPnd") {
+			continue
+		}
+		if m, err := strconv.ParseUint(mask, 16, 64); err == nil && m&(1<<(sig-1)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// anyThreadRunning reports whether a thread of process pid is running or
+// runnable (Linux /proc).
+func anyThreadRunning(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err == nil && processState(tid) == 'R' {
+			return true
+		}
+	}
+	return false
+}
+
+// A signal that came before the watch of a wait was stopped is the stop's
+// to return, even if it came just as the wait ended (the lock granted):
+// dropped, or left for the caller to forward once COMMAND runs, it would
+// not keep COMMAND from starting after the interrupt. The watcher may not
+// have run yet, or be about to cancel with it: many tries meet both.
+func TestStopWatchingReturnsTheSignalThatCameBefore(t *testing.T) {
+	for i := 0; i < 5000; i++ {
+		sigs := make(chan os.Signal, 1)
+		_, stop := watchSignals(sigs)
+		sigs <- syscall.SIGTERM
+		if err := stop(); err == nil {
+			t.Fatalf("try %d: a SIGTERM that came before the stop is not returned (left in the channel: %v)", i, len(sigs) == 1)
+		}
 	}
 }

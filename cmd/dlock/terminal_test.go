@@ -163,3 +163,85 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	default:
 	}
 }
+
+// Ctrl-Z at a terminal stops dlock and COMMAND together, and fg resumes
+// both: in the foreground COMMAND shares dlock's process group and the
+// kernel does it; started in the background (then brought to the
+// foreground) COMMAND has a group of its own, and dlock does it. A stopped
+// dlock renews nothing: a stop longer than the lease loses the lock, and
+// once resumed dlock stops COMMAND and exits 79, as for any lost lock. The
+// shell does job control (set -m), as an interactive one does: the kernel
+// stops no job of a session whose shell is not there to resume it.
+func TestCtrlZAtTerminalStopsDlockWithCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name, job string
+		ownGroup  bool
+	}{
+		{"foreground", `"$@"`, false},
+		{"background then fg", `"$@" & read x < "$FIFO"; fg`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			master, slave := openPTY(t)
+			go func() { _, _ = io.Copy(io.Discard, master) }()
+			dir := t.TempDir()
+			pidFile, dlockPidFile := filepath.Join(dir, "pid"), filepath.Join(dir, "dpid")
+			stopFile, exitFile, fifo := filepath.Join(dir, "stop"), filepath.Join(dir, "exit"), filepath.Join(dir, "fg")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			key := testKey(t)
+			atTerminal(t, slave, baseEnv("PIDF="+pidFile, "DPIDF="+dlockPidFile, "STOPF="+stopFile, "EXITF="+exitFile, "FIFO="+fifo),
+				`set -m; `+tc.job+`; echo $? > "$STOPF"; read x < "$FIFO"; fg; echo $? > "$EXITF"; exec sleep 1000`,
+				dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "1s", key, "--",
+				"sh", "-c", `echo $PPID > "$DPIDF"; echo $$ > "$PIDF"; exec sleep 1000`)
+			waitUntil(t, 10*time.Second, "the command to start", func() bool {
+				return strings.HasSuffix(fileText(pidFile), "\n") && strings.HasSuffix(fileText(dlockPidFile), "\n")
+			})
+			pid, _ := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+			dpid, _ := strconv.Atoi(strings.TrimSpace(fileText(dlockPidFile)))
+			dpg, _ := syscall.Getpgid(dpid)
+			if pg, _ := syscall.Getpgid(pid); (pg != dpg) != tc.ownGroup {
+				t.Fatalf("the command runs in process group %d, dlock in %d", pg, dpg)
+			}
+			if tc.ownGroup {
+				release(t, fifo) // fg
+			}
+			waitUntil(t, 10*time.Second, "dlock to be in the foreground", func() bool { return foregroundGroup(dpid) == dpg })
+			if _, err := master.Write([]byte{0x1a}); err != nil { // Ctrl-Z
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the shell to see the job stopped", func() bool { return fileText(stopFile) != "" })
+			if st, cst := processState(dpid), processState(pid); st != 'T' || cst != 'T' {
+				t.Fatalf("after Ctrl-Z: dlock in state %c, the command in state %c; want both stopped (T)", st, cst)
+			}
+			c := lockClient(t, shared.Addr())
+			waitUntil(t, 10*time.Second, "the lease to run out while dlock is stopped", func() bool { return !inspect(t, c, key).Held })
+			release(t, fifo) // fg
+			waitUntil(t, processTimeout, "dlock to exit", func() bool { return fileText(exitFile) != "" })
+			if code := strings.TrimSpace(fileText(exitFile)); code != strconv.Itoa(exitLockLost) {
+				t.Fatalf("exit status %s, want %d", code, exitLockLost)
+			}
+			waitUntil(t, 5*time.Second, "the command to be stopped", func() bool { return processGone(pid) })
+		})
+	}
+}
+
+// foregroundGroup is the foreground process group of the terminal of
+// process pid (Linux /proc), or -1.
+func foregroundGroup(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 6 {
+		return -1
+	}
+	pg, err := strconv.Atoi(f[5])
+	if err != nil {
+		return -1
+	}
+	return pg
+}
