@@ -39,6 +39,10 @@ type child struct {
 	// signalled even if another process got its PID.
 	started []*os.Process
 	done    chan struct{} // closed when the command has exited and been reaped
+	// jobSigs gets SIGTSTP and SIGCONT for a command in a group of its own
+	// (supervise), caught from before it started: a Ctrl-Z that comes as it
+	// starts must stop it too. nil in a shared group.
+	jobSigs chan os.Signal
 }
 
 // startChild starts argv in its own process group, so that signals reach
@@ -50,11 +54,19 @@ func startChild(path string, argv, env []string, stdout, stderr io.Writer) (*chi
 	shared := inForeground()
 	cmd.SysProcAttr = commandProcAttr(!shared)
 	c := &child{cmd: cmd, done: make(chan struct{})}
+	if !shared {
+		c.jobSigs = make(chan os.Signal, 2)
+		// Never empty (SIGCONT): Notify with no signal would catch them all.
+		signal.Notify(c.jobSigs, append(notIgnored([]os.Signal{syscall.SIGTSTP}), syscall.SIGCONT)...)
+	}
 	err := spawn.Start(cmd, func() {
 		_ = cmd.Wait() // the status is read from ProcessState
 		close(c.done)
 	})
 	if err != nil {
+		if c.jobSigs != nil {
+			signal.Stop(c.jobSigs)
+		}
 		return nil, err
 	}
 	if !shared {
@@ -151,11 +163,8 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	// a SIGCONT to dlock's group): stopped alone, dlock would leave it
 	// working while nothing renews the lock. So dlock stops and resumes
 	// with it, as one shell job (in a shared group the kernel does that).
-	var jobSigs chan os.Signal
-	if ch.pgid > 0 {
-		jobSigs = make(chan os.Signal, 2)
-		// Never empty (SIGCONT): Notify with no signal would catch them all.
-		signal.Notify(jobSigs, append(notIgnored([]os.Signal{syscall.SIGTSTP}), syscall.SIGCONT)...)
+	jobSigs := ch.jobSigs
+	if jobSigs != nil {
 		defer signal.Stop(jobSigs)
 	}
 	stop := func(cause error, what string) {
