@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1187,41 +1186,10 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 func hungDialCluster(t *testing.T, cl *redistest.Cluster) (cc *redis.ClusterClient, hung string, hangRedial, unblock func()) {
 	t.Helper()
 	hung = cl.Nodes[1].Addr()
-	var blocking atomic.Bool
-	dialing := make(chan struct{})
-	var dialingOnce sync.Once
-	release := make(chan struct{})
-	cc = redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(),
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == hung && blocking.Load() {
-				dialingOnce.Do(func() { close(dialing) })
-				select { // a master that does not answer the dial
-				case <-release:
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	})
-	var releaseOnce sync.Once
-	unblock = func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(func() { unblock(); _ = cc.Close() })
-	hangRedial = func() {
-		t.Helper()
-		blocking.Store(true)
-		if err := cl.Nodes[1].Client(t).ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-dialing:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the pub/sub connection to the hung master was not dialed again")
-		}
-	}
-	return cc, hung, hangRedial, unblock
+	hd := newHungDial(t, hung, cl.Nodes[1].Client(t))
+	cc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: hd.dial})
+	t.Cleanup(func() { hd.unblock(); _ = cc.Close() })
+	return cc, hung, hd.hangRedial, hd.unblock
 }
 
 // On Redis Cluster a waited lock's pub/sub connection is closed when its
@@ -1337,6 +1305,65 @@ func TestClusterCloseNotHeldByAHungSubscription(t *testing.T) {
 		unblock()
 		<-closed
 	}
+	cancelB()
+	<-gotB
+}
+
+// When a waited lock's slot moves to another master, its subscription is
+// made again there (rebind). A new master that does not answer (cut off
+// from this client) must hold back only that lock's waiters: a hand-over
+// on a healthy master wakes its waiter at once.
+func TestClusterRebindToAHungMasterDoesNotHoldBackOtherWaiters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc, proxy, hung := proxiedToOneMaster(t, cl)
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	w := c.be.(*node).wake
+	holder := newClientOn(t, cl.Client(t))
+	ctx := context.Background()
+
+	byMaster := keysPerMaster(t, cl, cc, c, "rebindhung:", 1)
+	healthy, moving := cl.Nodes[0].Addr(), cl.Nodes[2].Addr()
+	a, b := byMaster[healthy][0], byMaster[moving][0]
+	la := mustLock(t, holder, a, WithTTL(time.Minute))
+	lb := mustLock(t, holder, b, WithTTL(time.Minute))
+	t.Cleanup(func() { _ = lb.Unlock(context.Background()) })
+	gotA := lockAsync(ctx, c, a)
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	gotB := lockAsync(bctx, c, b)
+	waitSubscribed(t, w, c.wakeChannel(a))
+	waitSubscribed(t, w, c.wakeChannel(b))
+
+	// The client's pooled connection to the hung master is open: the next
+	// connection it opens there is b's subscription, once b's slot moved.
+	l, err := c.TryLock(ctx, byMaster[hung][0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	frozen := proxy.FreezeOn(func(p []byte) bool { return bytes.Contains(bytes.ToLower(p), []byte("hello")) })
+	t.Cleanup(proxy.Thaw)
+	slot := int(cc.ClusterKeySlot(ctx, c.wakeChannel(b)).Val())
+	migrateSlot(t, cl, slot, moving, hung, nil)
+	testutil.Receive(t, frozen, 10*time.Second, "b's subscription to be made on its new master")
+
+	// b's new master is silent now. a's hand-over must still wake its
+	// waiter.
+	released := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.Receive(t, gotA, 10*time.Second, "the waiter of a to get its lock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if d := time.Since(released); d > 500*time.Millisecond {
+		t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
+	}
+	_ = r.l.Unlock(ctx)
+	proxy.Thaw()
 	cancelB()
 	<-gotB
 }

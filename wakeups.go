@@ -36,6 +36,11 @@ type shard struct {
 	reading bool // the read goroutine runs
 	count   int  // channels subscribed through it
 
+	// op orders the resubscriptions and unsubscriptions sent on ps, which
+	// are sent without mu held: an unsubscription decided after a
+	// resubscription took its channels goes after it on the connection.
+	op sync.Mutex
+
 	// A subscription refused with an error reply is tried again after
 	// retryIn (growing while refusals go on); retry is the pending try.
 	retry   *time.Timer
@@ -47,9 +52,13 @@ type channelSubs struct {
 	waiters map[string]*waiter // by token
 	isReady bool               // the server confirmed the subscription
 	idle    *time.Timer        // pending unsubscribe after the last waiter left
-	// pending is closed when the first subscription of the channel, sent
-	// without mu held, has its outcome; nil once it has.
+	// pending is closed when the first subscription of the channel, or its
+	// unsubscription, both sent without mu held, has its outcome; nil once
+	// it has.
 	pending chan struct{}
+	// err is the outcome of the first subscription, for the waiter that
+	// sent it.
+	err error
 
 	// early holds hand-overs to tokens that had no waiter yet: a waiter
 	// registers after its check joined the queue, and on a channel that is
@@ -100,16 +109,38 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var cs *channelSubs
+	var cs, mine *channelSubs
 	for {
 		if w.closed {
 			return nil, ErrClosed
 		}
+		if mine != nil && mine.err != nil {
+			return nil, mine.err
+		}
 		cs = w.channels[channel]
-		if cs == nil || cs.pending == nil {
+		if cs == nil {
+			sh, err := w.shardFor(ctx, channel)
+			if err != nil {
+				return nil, err
+			}
+			cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter), pending: make(chan struct{})}
+			sh.count++
+			w.channels[channel] = cs
+			mine = cs
+			// Subscribing may open a connection (on a cluster, always: one
+			// per channel) and wait for the server's answer: not under mu,
+			// or a master that does not answer would hold back every other
+			// channel's hand-overs, and every waiter's leave. Nor in this
+			// goroutine: go-redis waits for its PubSub's lock, held while
+			// it dials the connection again, whatever ctx says; this
+			// waiter waits for the outcome as any other, until ctx ends.
+			go w.subscribeConn(ctx, channel, cs, sh.ps, sharded)
+		}
+		if cs.pending == nil {
 			break
 		}
-		// Another waiter is subscribing the channel: wait for its outcome.
+		// A subscription or an unsubscription of the channel is under way:
+		// wait for its outcome.
 		pending := cs.pending
 		w.mu.Unlock()
 		select {
@@ -119,53 +150,6 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			return nil, ctx.Err()
 		}
 		w.mu.Lock()
-	}
-	if cs == nil {
-		sh, err := w.shardFor(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		cs = &channelSubs{shard: sh, waiters: make(map[string]*waiter), pending: make(chan struct{})}
-		sh.count++
-		w.channels[channel] = cs
-		// Subscribing may open a connection (on a cluster, always: one per
-		// channel) and wait for the server's answer: not under mu, or a
-		// master that does not answer would hold back every other
-		// channel's hand-overs, and every waiter's leave.
-		w.mu.Unlock()
-		if sharded {
-			err = sh.ps.SSubscribe(ctx, channel)
-		} else {
-			err = sh.ps.Subscribe(ctx, channel)
-		}
-		w.mu.Lock()
-		close(cs.pending)
-		cs.pending = nil
-		if w.closed {
-			return nil, ErrClosed
-		}
-		if err != nil {
-			delete(w.channels, channel)
-			sh.count--
-			if w.shards[sh.name] == sh {
-				if sh.count == 0 {
-					w.dropShardIfEmpty(sh)
-				} else {
-					// go-redis keeps a channel whose subscription failed
-					// in the PubSub's set, and subscribes it again on the
-					// next reconnection: take it out, or it stays
-					// subscribed with no waiter.
-					w.unsubscribeConn(sh, channel, sharded)
-				}
-			}
-			return nil, err
-		}
-		if !sh.reading && w.shards[sh.name] == sh {
-			// Read only once connected: on a cluster the first
-			// subscription picks the node.
-			sh.reading = true
-			go w.read(sh)
-		}
 	}
 	if cs.idle != nil {
 		cs.idle.Stop()
@@ -185,6 +169,56 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 		wt.granted <- fence
 	}
 	return wt, nil
+}
+
+// subscribeConn sends the first subscription of channel, new in w.channels
+// with cs.pending open, on ps, its shard's connection, and settles its
+// outcome. Called without mu held.
+func (w *wakeups) subscribeConn(ctx context.Context, channel string, cs *channelSubs, ps *redis.PubSub, sharded bool) {
+	err := subscribeOn(ctx, ps, channel, sharded)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pending := cs.pending
+	defer close(pending)
+	cs.pending, cs.err = nil, err
+	if w.closed {
+		return
+	}
+	sh := cs.shard
+	if err != nil {
+		sh.count--
+		if w.shards[sh.name] == sh && sh.count > 0 {
+			// go-redis keeps a channel whose subscription failed in the
+			// PubSub's set, and subscribes it again on the next
+			// reconnection: take it out, or it stays subscribed with no
+			// waiter.
+			w.unsubscribeConn(channel, cs, sharded)
+			return
+		}
+		delete(w.channels, channel)
+		if w.shards[sh.name] == sh {
+			w.dropShardIfEmpty(sh)
+		}
+		return
+	}
+	if !sh.reading && w.shards[sh.name] == sh {
+		// Read only once connected: on a cluster the first subscription
+		// picks the node.
+		sh.reading = true
+		go w.read(sh)
+	}
+	// No waiter has registered yet; should the one that sent it have
+	// given up, the channel lingers as after its last waiter left. The
+	// first to register stops the timer.
+	cs.idle = time.AfterFunc(w.linger, func() { w.unsubscribe(channel, cs) })
+}
+
+// subscribeOn subscribes channel on ps, sharded or not.
+func subscribeOn(ctx context.Context, ps *redis.PubSub, channel string, sharded bool) error {
+	if sharded {
+		return ps.SSubscribe(ctx, channel)
+	}
+	return ps.Subscribe(ctx, channel)
 }
 
 // hasSharded asks the server once whether hand-overs come by sharded
@@ -279,28 +313,47 @@ func (wt *waiter) leave() {
 func (w *wakeups) unsubscribe(channel string, cs *channelSubs) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || w.channels[channel] != cs || len(cs.waiters) > 0 {
+	if w.closed || w.channels[channel] != cs || len(cs.waiters) > 0 || cs.pending != nil {
 		return
 	}
-	delete(w.channels, channel)
 	sh := cs.shard
 	sh.count--
 	if sh.count == 0 && sh.name != "" {
+		delete(w.channels, channel)
 		w.dropShardIfEmpty(sh)
 		return
 	}
-	w.unsubscribeConn(sh, channel, w.sharded != nil && *w.sharded)
+	w.unsubscribeConn(channel, cs, w.sharded != nil && *w.sharded)
 }
 
-// unsubscribeConn unsubscribes channel on sh's connection. Called with mu held.
-func (w *wakeups) unsubscribeConn(sh *shard, channel string, sharded bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if sharded {
-		_ = sh.ps.SUnsubscribe(ctx, channel)
-	} else {
-		_ = sh.ps.Unsubscribe(ctx, channel)
-	}
+// unsubscribeConn unsubscribes channel, in w.channels as cs and no longer
+// counted in its shard, on the shard's connection, then forgets it. Called
+// with mu held; the round trip is made without it (a connection that hangs
+// would hold back every other channel), and until it is done the channel
+// stays pending: a waiter that subscribes it again waits, or its SUBSCRIBE
+// could go before this UNSUBSCRIBE.
+func (w *wakeups) unsubscribeConn(channel string, cs *channelSubs, sharded bool) {
+	done := make(chan struct{})
+	cs.pending = done
+	sh, ps := cs.shard, cs.shard.ps
+	go func() {
+		sh.op.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if sharded {
+			_ = ps.SUnsubscribe(ctx, channel)
+		} else {
+			_ = ps.Unsubscribe(ctx, channel)
+		}
+		cancel()
+		sh.op.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.channels[channel] == cs {
+			delete(w.channels, channel)
+		}
+		cs.pending = nil
+		close(done)
+	}()
 }
 
 // read dispatches the messages of one connection until it is closed.
@@ -469,25 +522,31 @@ func (w *wakeups) retryLater(sh *shard) {
 // confirmed ones are left alone: each confirmation nudges the channel's
 // waiters to check again, for nothing.
 func (w *wakeups) resubscribe(sh *shard) {
+	// The subscriptions are sent without mu held: a connection that hangs
+	// would hold back every other channel. Under sh.op from the choice of
+	// the channels on: one unsubscribed meanwhile is so after.
+	sh.op.Lock()
+	defer sh.op.Unlock()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	sh.retry = nil
 	if w.closed || w.shards[sh.name] != sh {
+		w.mu.Unlock()
 		return
 	}
+	var channels []string
+	for channel, cs := range w.channels {
+		if cs.shard == sh && !cs.isReady && cs.pending == nil {
+			channels = append(channels, channel)
+		}
+	}
+	ps, sharded := sh.ps, w.sharded != nil && *w.sharded
+	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	for channel, cs := range w.channels {
-		if cs.shard != sh || cs.isReady || cs.pending != nil {
-			continue
-		}
+	for _, channel := range channels {
 		// A refusal comes back through Receive; a failed write has
 		// go-redis reconnect and resubscribe every channel.
-		if w.sharded != nil && *w.sharded {
-			_ = sh.ps.SSubscribe(ctx, channel)
-		} else {
-			_ = sh.ps.Subscribe(ctx, channel)
-		}
+		_ = subscribeOn(ctx, ps, channel, sharded)
 	}
 }
 

@@ -54,26 +54,36 @@ func (w *wakeups) rebind(sh *shard) {
 	// so that the new subscription goes to the new master at once.
 	_ = reloadSlotMap(ctx, cc)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed || w.shards[sh.name] != sh {
+		w.mu.Unlock()
 		return
 	}
-	old := sh.ps
-	sh.ps = cc.Subscribe(ctx)
+	var channels []string
 	for channel, cs := range w.channels {
-		if cs.shard != sh {
-			continue
+		if cs.shard == sh {
+			channels = append(channels, channel)
 		}
-		var err error
-		if w.sharded != nil && *w.sharded {
-			err = sh.ps.SSubscribe(ctx, channel)
-		} else {
-			err = sh.ps.Subscribe(ctx, channel)
-		}
-		if err != nil {
+	}
+	sharded := w.sharded != nil && *w.sharded
+	w.mu.Unlock()
+	// Subscribing dials the new master, which may not answer: not under
+	// mu, or every other channel's hand-overs would wait. The read
+	// goroutine, which calls this, is the only one to replace sh.ps; its
+	// channel can only leave by dropping sh, checked after.
+	ps := cc.Subscribe(ctx)
+	for _, channel := range channels {
+		if err := subscribeOn(ctx, ps, channel, sharded); err != nil {
 			// The next Receive fails too and brings us back here.
 			break
 		}
 	}
-	_ = old.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.shards[sh.name] != sh {
+		go ps.Close() // as dropShardIfEmpty
+		return
+	}
+	old := sh.ps
+	sh.ps = ps
+	go old.Close() // as dropShardIfEmpty
 }

@@ -1,9 +1,14 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -378,13 +383,15 @@ func TestFailedSubscribeLeavesNoSubscriptionBehind(t *testing.T) {
 		cs := w.channels[keep]
 		return cs != nil && cs.isReady && cs.lost.After(before)
 	})
-	subs, err := rdb.PubSubShardNumSub(ctx, gone).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if subs[gone] != 0 {
-		t.Errorf("the failed channel %s is subscribed on the server (%d) with no waiter", gone, subs[gone])
-	}
+	// Its unsubscription is sent without the wake-ups' lock held, maybe
+	// after the reconnection subscribed it again.
+	waitUntil(t, 5*time.Second, "the failed channel "+gone+" to be unsubscribed on the server", func() bool {
+		subs, err := rdb.PubSubShardNumSub(ctx, gone).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return subs[gone] == 0
+	})
 }
 
 // Whether a hand-over goes by SPUBLISH depends on the ACL of the user
@@ -427,4 +434,250 @@ func TestHandOverWakesWaiterOfAUserDeniedSPUBLISH(t *testing.T) {
 		t.Errorf("waiter woke %v after the release", d.Round(time.Millisecond))
 	}
 	_ = l2.Unlock(ctx)
+}
+
+// hungDial is a dialer for a Redis client whose dials to one server,
+// hung, can be made to hang, as to a server that does not answer.
+type hungDial struct {
+	t        *testing.T
+	hung     string
+	admin    *redis.Client // a client of hung that does not dial through this
+	blocking atomic.Bool
+	dialing  chan struct{} // closed at the first dial that hangs
+	release  chan struct{} // closed by unblock
+
+	dialingOnce, releaseOnce sync.Once
+}
+
+func newHungDial(t *testing.T, hung string, admin *redis.Client) *hungDial {
+	return &hungDial{t: t, hung: hung, admin: admin, dialing: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (hd *hungDial) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if addr == hd.hung && hd.blocking.Load() {
+		hd.dialingOnce.Do(func() { close(hd.dialing) })
+		select { // a server that does not answer the dial
+		case <-hd.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// block makes the dials to the hung server hang from now on.
+func (hd *hungDial) block() { hd.blocking.Store(true) }
+
+// hangRedial makes the dials hang, breaks the pub/sub connections to the
+// hung server, and returns once go-redis dials one again.
+func (hd *hungDial) hangRedial() {
+	hd.t.Helper()
+	hd.block()
+	if err := hd.admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+		hd.t.Fatal(err)
+	}
+	hd.waitDialing()
+}
+
+// waitDialing returns once a dial hangs.
+func (hd *hungDial) waitDialing() {
+	hd.t.Helper()
+	testutil.Receive(hd.t, hd.dialing, 10*time.Second, "a dial to the hung server")
+}
+
+// unblock lets the dials through.
+func (hd *hungDial) unblock() { hd.releaseOnce.Do(func() { close(hd.release) }) }
+
+// hungDialClient returns a client of srv whose dials hd can hang.
+func hungDialClient(t *testing.T, srv *redistest.Server) (*redis.Client, *hungDial) {
+	t.Helper()
+	hd := newHungDial(t, srv.Addr(), srv.Client(t))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: hd.dial})
+	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
+	return rdb, hd
+}
+
+// inPubSubCall reports whether a goroutine is in a call of ps, a
+// go-redis PubSub, from frame (a function of this package).
+func inPubSubCall(ps *redis.PubSub, frame string) bool {
+	recv := []byte("go-redis/v9.(*PubSub).") // then the method, "(", ps, ", "
+	self := []byte(fmt.Sprintf("(%p, ", ps))
+	buf := make([]byte, 1<<20)
+	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+		i := bytes.Index(g, recv)
+		if i >= 0 && bytes.Contains(g[i:], self) && bytes.Contains(g, []byte(frame)) {
+			return true
+		}
+	}
+	return false
+}
+
+// shardConn returns the connection of w's shard for channel.
+func shardConn(w *wakeups, channel string) *redis.PubSub {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.channels[channel].shard.ps
+}
+
+// returnsSoon fails t unless done delivers within the bound after start;
+// if it does not within 5 s, it lets the dials through and waits.
+func returnsSoon[T any](t *testing.T, hd *hungDial, done <-chan T, start time.Time, bound time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-done:
+		if d := time.Since(start); d > bound {
+			t.Errorf("%s took %v, want at most %v", what, d.Round(time.Millisecond), bound)
+		}
+		return v
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s: held back by a hung pub/sub connection for more than 5 s", what)
+		hd.unblock()
+		return <-done
+	}
+}
+
+// go-redis waits for its PubSub's lock, whatever the context says, and
+// its read goroutine holds it while it dials the connection again, for
+// up to 5 tries of 5 s to a server that does not answer. A Lock whose
+// context ends meanwhile must return then, not when the dial does.
+func TestWakeSubscribeReturnsAtDeadlineWhileRedialing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, hd := hungDialClient(t, srv)
+	c := newClientOn(t, rdb)
+	holder := newClientOn(t, srv.Client(t))
+	lingeringChannel(t, c, "up") // the connection is up and read
+	l := mustLock(t, holder, "k")
+	defer l.Unlock(context.Background())
+
+	hd.hangRedial()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r := returnsSoon(t, hd, lockAsync(ctx, c, "k"), start, time.Second, "a Lock with a 200 ms context")
+	if r.err == nil {
+		_ = r.l.Unlock(context.Background())
+		t.Fatal("Lock of a held lock succeeded")
+	}
+}
+
+// A first subscription that fails is taken out of go-redis's set again
+// with an UNSUBSCRIBE, which may have to dial the connection: a server
+// that does not answer must hold back no other channel's waiter.
+func TestWakeFailedSubscriptionCleanupDoesNotHoldBackOtherWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, hd := hungDialClient(t, srv)
+	c := newClientOn(t, rdb)
+	w := c.be.(*node).wake
+	ctx := context.Background()
+	chX, chY, chZ := c.wakeChannel("x"), c.wakeChannel("y"), c.wakeChannel("z")
+	if _, err := w.hasSharded(ctx, chX); err != nil { // before the dials hang
+		t.Fatal(err)
+	}
+	hd.block()
+	subscribe := func(ctx context.Context, ch string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			wt, err := w.subscribe(ctx, ch, "tok", time.Now())
+			if err == nil {
+				wt.leave()
+			}
+			done <- err
+		}()
+		return done
+	}
+	// x's subscription dials the connection, y's waits for it.
+	xctx, cancelX := context.WithCancel(ctx)
+	doneX := subscribe(xctx, chX)
+	hd.waitDialing()
+	yctx, cancelY := context.WithCancel(ctx)
+	defer cancelY()
+	doneY := subscribe(yctx, chY)
+	waitUntil(t, 5*time.Second, "y's subscription", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.channels[chY] != nil
+	})
+	ps := shardConn(w, chY)
+	// x's dial fails; its channel is unsubscribed, on a connection that
+	// y's subscription or the unsubscription itself dials.
+	cancelX()
+	waitUntil(t, 5*time.Second, "x's channel to be unsubscribed", func() bool {
+		return inPubSubCall(ps, "(*wakeups).unsubscribeConn")
+	})
+
+	zctx, cancelZ := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelZ()
+	if err := returnsSoon(t, hd, subscribe(zctx, chZ), time.Now(), 700*time.Millisecond, "a subscription with a 200 ms context"); err == nil {
+		t.Error("a subscription on a connection that cannot be dialed succeeded")
+	}
+	cancelY()
+	hd.unblock()
+	<-doneX
+	<-doneY
+}
+
+// go-redis waits for its PubSub's lock, held while it dials the
+// connection again to a server that does not answer. The unsubscription
+// of a channel whose linger ended, and the subscription again of one the
+// server refused, wait for it: not holding the lock that every other
+// waiter needs to register or leave.
+func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stuck string // the function whose PubSub call waits for the dial
+		start func(t *testing.T, w *wakeups, idle *waiter)
+	}{
+		{"linger end", "(*wakeups).unsubscribeConn", func(t *testing.T, w *wakeups, idle *waiter) {
+			w.mu.Lock()
+			w.linger = 10 * time.Millisecond
+			w.mu.Unlock()
+			idle.leave()
+		}},
+		{"resubscription", "(*wakeups).resubscribe", func(t *testing.T, w *wakeups, idle *waiter) {
+			// The server refused the channel (an ACL): it is subscribed
+			// again after a backoff.
+			w.mu.Lock()
+			cs := w.channels[idle.channel]
+			cs.isReady = false
+			w.mu.Unlock()
+			w.retryLater(cs.shard)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb, hd := hungDialClient(t, srv)
+			c := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+			w := c.be.(*node).wake
+			holder := newClientOn(t, srv.Client(t))
+			ctx := context.Background()
+			l := mustLock(t, holder, "k")
+			defer l.Unlock(ctx)
+
+			idle, err := w.subscribe(ctx, c.wakeChannel("idle"), "tok", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer idle.leave()
+			defer hd.unblock() // first, if the test fails with the network call stuck
+			// A waiter for k, subscribed.
+			kctx, cancelK := context.WithCancel(ctx)
+			defer cancelK()
+			gotK := lockAsync(kctx, c, "k")
+			waitSubscribed(t, w, c.wakeChannel("k"))
+
+			hd.hangRedial()
+			ps := shardConn(w, idle.channel)
+			tc.start(t, w, idle)
+			waitUntil(t, 5*time.Second, "the network call to wait for the dial", func() bool { return inPubSubCall(ps, tc.stuck) })
+
+			// k's waiter gives up: Lock returns at once.
+			start := time.Now()
+			cancelK()
+			if r := returnsSoon(t, hd, gotK, start, 500*time.Millisecond, "a Lock whose context ended"); r.err == nil {
+				_ = r.l.Unlock(ctx)
+				t.Error("Lock of a held lock succeeded")
+			}
+		})
+	}
 }
