@@ -134,7 +134,17 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			// goroutine: go-redis waits for its PubSub's lock, held while
 			// it dials the connection again, whatever ctx says; this
 			// waiter waits for the outcome as any other, until ctx ends.
-			go w.subscribeConn(ctx, channel, cs, sh.ps, sharded)
+			// Nor with ctx's deadline: it may pass while go-redis holds its
+			// lock, and a write past it fails, which go-redis takes for a
+			// broken connection: it would close every other channel's
+			// subscriptions. Ending ctx still ends a dial.
+			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			stop := context.AfterFunc(ctx, cancel)
+			go func() {
+				w.subscribeConn(sctx, channel, cs, sh.ps, sharded)
+				stop()
+				cancel()
+			}()
 		}
 		if cs.pending == nil {
 			break
@@ -338,13 +348,15 @@ func (w *wakeups) unsubscribeConn(channel string, cs *channelSubs, sharded bool)
 	sh, ps := cs.shard, cs.shard.ps
 	go func() {
 		sh.op.Lock()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// No deadline: go-redis may hold its lock past it (a redial), and
+		// a write past it fails and closes the connection of every other
+		// channel (see subscribe); its own timeouts bound the call.
+		ctx := context.Background()
 		if sharded {
 			_ = ps.SUnsubscribe(ctx, channel)
 		} else {
 			_ = ps.Unsubscribe(ctx, channel)
 		}
-		cancel()
 		sh.op.Unlock()
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -541,8 +553,8 @@ func (w *wakeups) resubscribe(sh *shard) {
 	}
 	ps, sharded := sh.ps, w.sharded != nil && *w.sharded
 	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
+	// No deadline, as in unsubscribeConn.
+	ctx := context.Background()
 	for _, channel := range channels {
 		// A refusal comes back through Receive; a failed write has
 		// go-redis reconnect and resubscribe every channel.

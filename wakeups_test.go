@@ -358,40 +358,38 @@ func TestWakeReconnectRefusedByServerBacksOff(t *testing.T) {
 	}
 }
 
-// A subscription that fails (its context ended while it was being sent)
-// is dropped by wakeups, but go-redis keeps the channel in the PubSub's
-// set and subscribes it again on the next reconnection: the server then
-// holds a subscription no waiter uses, which no linger ever ends.
+// A waiter whose context ended gives up, but its subscription goes out
+// without its deadline: it neither breaks the shared connection (a write
+// past the deadline would) nor stays subscribed once its linger ends.
 func TestFailedSubscribeLeavesNoSubscriptionBehind(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	w, keep := lingeringChannel(t, c, "keep") // the shared connection is up
 	gone := c.keys("gone").channel
+	w.mu.Lock()
+	w.linger = 100 * time.Millisecond
+	lost := w.channels[keep].lost
+	w.mu.Unlock()
 
-	before := time.Now()
-	dead, cancel := context.WithDeadline(ctx, before.Add(-time.Second))
+	dead, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
-	if wt, err := w.subscribe(dead, gone, "tok", before); err == nil {
+	if wt, err := w.subscribe(dead, gone, "tok", time.Now()); err == nil {
 		wt.leave()
-		t.Fatal("subscribe with an ended context succeeded")
 	}
-	// The failed write broke the shared connection: wait until the
-	// lingering channel is subscribed again on a new one.
-	waitUntil(t, 5*time.Second, "the shared connection to be subscribed again", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		cs := w.channels[keep]
-		return cs != nil && cs.isReady && cs.lost.After(before)
-	})
-	// Its unsubscription is sent without the wake-ups' lock held, maybe
-	// after the reconnection subscribed it again.
-	waitUntil(t, 5*time.Second, "the failed channel "+gone+" to be unsubscribed on the server", func() bool {
+	waitUntil(t, 5*time.Second, "the channel "+gone+" to be unsubscribed on the server", func() bool {
 		subs, err := rdb.PubSubShardNumSub(ctx, gone).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return subs[gone] == 0
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return subs[gone] == 0 && w.channels[gone] == nil
 	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.channels[keep]; cs == nil || !cs.isReady || !cs.lost.Equal(lost) {
+		t.Error("the shared connection broke")
+	}
 }
 
 // Whether a hand-over goes by SPUBLISH depends on the ACL of the user
@@ -679,5 +677,100 @@ func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
 				t.Error("Lock of a held lock succeeded")
 			}
 		})
+	}
+}
+
+// A Lock whose context has a deadline returns at it while go-redis holds
+// its PubSub's lock through a redial; its subscription goes out later.
+// The deadline, passed by then, must not make that write fail: go-redis
+// takes a failed write for a broken connection and closes the shared
+// pub/sub connection of every other channel, just dialed again.
+func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	hd := newHungDial(t, srv.Addr(), srv.Client(t))
+	var dials atomic.Int32
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := hd.dial(ctx, network, addr)
+		if err == nil {
+			dials.Add(1)
+		}
+		return cn, err
+	}})
+	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	w, up := lingeringChannel(t, c, "up")
+	holder := newClientOn(t, srv.Client(t))
+	l := mustLock(t, holder, "k")
+	defer l.Unlock(context.Background())
+
+	hd.hangRedial()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if r := <-lockAsync(ctx, c, "k"); r.err == nil {
+		_ = r.l.Unlock(context.Background())
+		t.Fatal("Lock of a held lock succeeded")
+	}
+	before := dials.Load()
+	hd.unblock()
+	chK := c.wakeChannel("k")
+	waitUntil(t, 5*time.Second, "k's subscription to settle", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		cs := w.channels[chK]
+		return cs == nil || (cs.pending == nil && cs.isReady)
+	})
+	time.Sleep(time.Second)
+	waitSubscribed(t, w, up)
+	if n := dials.Load() - before; n != 1 {
+		t.Errorf("the pub/sub connection was dialed %d times after the dial was let through, want 1", n)
+	}
+	w.mu.Lock()
+	cs := w.channels[chK]
+	w.mu.Unlock()
+	if cs == nil {
+		t.Errorf("k's subscription, abandoned by its waiter, failed")
+	}
+}
+
+// The unsubscription of a channel whose linger ended waits, as the first
+// subscription does, for a redial: a deadline that passes meanwhile must
+// not make its write fail and close the connection just dialed again.
+func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	hd := newHungDial(t, srv.Addr(), srv.Client(t))
+	var dials atomic.Int32
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := hd.dial(ctx, network, addr)
+		if err == nil {
+			dials.Add(1)
+		}
+		return cn, err
+	}})
+	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	w, up := lingeringChannel(t, c, "up")
+	idle, err := w.subscribe(context.Background(), c.wakeChannel("idle"), "tok", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd.hangRedial()
+	ps := shardConn(w, idle.channel)
+	w.mu.Lock()
+	w.linger = 10 * time.Millisecond
+	w.mu.Unlock()
+	idle.leave()
+	waitUntil(t, 5*time.Second, "the unsubscription to wait for the dial", func() bool { return inPubSubCall(ps, "(*wakeups).unsubscribeConn") })
+	time.Sleep(1500 * time.Millisecond)
+	before := dials.Load()
+	hd.unblock()
+	waitUntil(t, 5*time.Second, "the unsubscription", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.channels[idle.channel] == nil
+	})
+	time.Sleep(time.Second)
+	waitSubscribed(t, w, up)
+	if n := dials.Load() - before; n != 1 {
+		t.Errorf("the pub/sub connection was dialed %d times after the dial was let through, want 1", n)
 	}
 }
