@@ -680,15 +680,12 @@ func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	}
 }
 
-// A Lock whose context has a deadline returns at it while go-redis holds
-// its PubSub's lock through a redial; its subscription goes out later.
-// The deadline, passed by then, must not make that write fail: go-redis
-// takes a failed write for a broken connection and closes the shared
-// pub/sub connection of every other channel, just dialed again.
-func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
-	srv := redistest.Start(t)
+// countedHungDialClient returns a Client whose connections are dialed
+// through a hungDial, and the count of connections dialed.
+func countedHungDialClient(t *testing.T, srv *redistest.Server) (*hungDial, *Client, *atomic.Int32) {
+	t.Helper()
 	hd := newHungDial(t, srv.Addr(), srv.Client(t))
-	var dials atomic.Int32
+	dials := new(atomic.Int32)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cn, err := hd.dial(ctx, network, addr)
 		if err == nil {
@@ -697,7 +694,17 @@ func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
 		return cn, err
 	}})
 	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
-	c := newClientOn(t, rdb)
+	return hd, newClientOn(t, rdb), dials
+}
+
+// A Lock whose context has a deadline returns at it while go-redis holds
+// its PubSub's lock through a redial; its subscription goes out later.
+// The deadline, passed by then, must not make that write fail: go-redis
+// takes a failed write for a broken connection and closes the shared
+// pub/sub connection of every other channel, just dialed again.
+func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	hd, c, dials := countedHungDialClient(t, srv)
 	w, up := lingeringChannel(t, c, "up")
 	holder := newClientOn(t, srv.Client(t))
 	l := mustLock(t, holder, "k")
@@ -719,7 +726,7 @@ func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
 		cs := w.channels[chK]
 		return cs == nil || (cs.pending == nil && cs.isReady)
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // time for a second reconnection, which must not come
 	waitSubscribed(t, w, up)
 	if n := dials.Load() - before; n != 1 {
 		t.Errorf("the pub/sub connection was dialed %d times after the dial was let through, want 1", n)
@@ -737,17 +744,7 @@ func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
 // not make its write fail and close the connection just dialed again.
 func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
 	srv := redistest.Start(t)
-	hd := newHungDial(t, srv.Addr(), srv.Client(t))
-	var dials atomic.Int32
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cn, err := hd.dial(ctx, network, addr)
-		if err == nil {
-			dials.Add(1)
-		}
-		return cn, err
-	}})
-	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
-	c := newClientOn(t, rdb)
+	hd, c, dials := countedHungDialClient(t, srv)
 	w, up := lingeringChannel(t, c, "up")
 	idle, err := w.subscribe(context.Background(), c.wakeChannel("idle"), "tok", time.Now())
 	if err != nil {
@@ -760,7 +757,7 @@ func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
 	w.mu.Unlock()
 	idle.leave()
 	waitUntil(t, 5*time.Second, "the unsubscription to wait for the dial", func() bool { return inPubSubCall(ps, "(*wakeups).unsubscribeConn") })
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // past the 1 s deadline unsubscriptions had
 	before := dials.Load()
 	hd.unblock()
 	waitUntil(t, 5*time.Second, "the unsubscription", func() bool {
@@ -768,7 +765,7 @@ func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
 		defer w.mu.Unlock()
 		return w.channels[idle.channel] == nil
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // time for a second reconnection, which must not come
 	waitSubscribed(t, w, up)
 	if n := dials.Load() - before; n != 1 {
 		t.Errorf("the pub/sub connection was dialed %d times after the dial was let through, want 1", n)
