@@ -443,6 +443,7 @@ type hungDial struct {
 	blocking atomic.Bool
 	dialing  chan struct{} // closed at the first dial that hangs
 	release  chan struct{} // closed by unblock
+	dials    atomic.Int32  // connections dialed
 
 	dialingOnce, releaseOnce sync.Once
 }
@@ -461,7 +462,11 @@ func (hd *hungDial) dial(ctx context.Context, network, addr string) (net.Conn, e
 		}
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	cn, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		hd.dials.Add(1)
+	}
+	return cn, err
 }
 
 // block makes the dials to the hung server hang from now on.
@@ -680,23 +685,6 @@ func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	}
 }
 
-// countedHungDialClient returns a Client whose connections are dialed
-// through a hungDial, and the count of connections dialed.
-func countedHungDialClient(t *testing.T, srv *redistest.Server) (*hungDial, *Client, *atomic.Int32) {
-	t.Helper()
-	hd := newHungDial(t, srv.Addr(), srv.Client(t))
-	dials := new(atomic.Int32)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cn, err := hd.dial(ctx, network, addr)
-		if err == nil {
-			dials.Add(1)
-		}
-		return cn, err
-	}})
-	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
-	return hd, newClientOn(t, rdb), dials
-}
-
 // A Lock whose context has a deadline returns at it while go-redis holds
 // its PubSub's lock through a redial; its subscription goes out later.
 // The deadline, passed by then, must not make that write fail: go-redis
@@ -704,7 +692,8 @@ func countedHungDialClient(t *testing.T, srv *redistest.Server) (*hungDial, *Cli
 // pub/sub connection of every other channel, just dialed again.
 func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
 	srv := redistest.Start(t)
-	hd, c, dials := countedHungDialClient(t, srv)
+	rdb, hd := hungDialClient(t, srv)
+	c, dials := newClientOn(t, rdb), &hd.dials
 	w, up := lingeringChannel(t, c, "up")
 	holder := newClientOn(t, srv.Client(t))
 	l := mustLock(t, holder, "k")
@@ -744,7 +733,8 @@ func TestWakeAbandonedSubscriptionDoesNotBreakTheConnection(t *testing.T) {
 // not make its write fail and close the connection just dialed again.
 func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
 	srv := redistest.Start(t)
-	hd, c, dials := countedHungDialClient(t, srv)
+	rdb, hd := hungDialClient(t, srv)
+	c, dials := newClientOn(t, rdb), &hd.dials
 	w, up := lingeringChannel(t, c, "up")
 	idle, err := w.subscribe(context.Background(), c.wakeChannel("idle"), "tok", time.Now())
 	if err != nil {
