@@ -236,29 +236,32 @@ func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
 // failure messages.
 func releaseAndWaitHandOver(t *testing.T, l *Lock, got <-chan lockResult, what string) {
 	t.Helper()
-	ctx := context.Background()
+	l2 := handOverWithin(t, l, got, time.Second, 10*time.Second, what)
+	if l2.Fence() <= l.Fence() {
+		t.Errorf("%s: hand-over fence %d <= %d", what, l2.Fence(), l.Fence())
+	}
+	if err := l2.Unlock(context.Background()); err != nil {
+		t.Error(err)
+	}
+}
+
+// handOverWithin unlocks l and returns the lock that the waiter whose Lock
+// result comes on got is then handed. It fails the test if the waiter gets
+// it more than bound after the release, or not within wait at all.
+func handOverWithin(t *testing.T, l *Lock, got <-chan lockResult, bound, wait time.Duration, what string) *Lock {
+	t.Helper()
 	released := time.Now()
-	if err := l.Unlock(ctx); err != nil {
+	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-got:
-		l2 := r.l
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("%s: waiter woke %v after the release", what, d)
-		}
-		if l2.Fence() <= l.Fence() {
-			t.Errorf("%s: hand-over fence %d <= %d", what, l2.Fence(), l.Fence())
-		}
-		if err := l2.Unlock(ctx); err != nil {
-			t.Error(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: waiter not woken by the release", what)
+	r := testutil.Receive(t, got, wait, what)
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	if d := time.Since(released); d > bound {
+		t.Errorf("%s: got the lock %v after the release, want within %v", what, d.Round(time.Millisecond), bound)
+	}
+	return r.l
 }
 
 // pipelineCounter counts, per node, the pipelines sent and the scripts in
@@ -1051,22 +1054,7 @@ func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	}
 
 	// b's master is silent now. a's hand-over must still wake its waiter.
-	released := time.Now()
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-gotA:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
-		}
-		_ = r.l.Unlock(ctx)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter of a never got its lock")
-	}
+	_ = handOverWithin(t, la, gotA, time.Second, 20*time.Second, "the waiter of a, on a healthy master").Unlock(ctx)
 	proxy.Thaw()
 	cancel()
 	<-gotB
@@ -1351,18 +1339,7 @@ func TestClusterRebindToAHungMasterDoesNotHoldBackOtherWaiters(t *testing.T) {
 
 	// b's new master is silent now. a's hand-over must still wake its
 	// waiter.
-	released := time.Now()
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := testutil.Receive(t, gotA, 10*time.Second, "the waiter of a to get its lock")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if d := time.Since(released); d > 500*time.Millisecond {
-		t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
-	}
-	_ = r.l.Unlock(ctx)
+	_ = handOverWithin(t, la, gotA, 500*time.Millisecond, 10*time.Second, "the waiter of a, on a healthy master").Unlock(ctx)
 	proxy.Thaw()
 	cancelB()
 	<-gotB
