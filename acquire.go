@@ -19,17 +19,19 @@ import (
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquire(ctx, key, true, nil, opts)
 }
 
 // TryLock makes one attempt and returns an error wrapping ErrNotObtained if
 // the lock is held by someone else (or others are queued for it). A context
 // derived from a held lock's Context re-enters it, as with Lock.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquire(ctx, key, false, nil, opts)
 }
 
-func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (l *Lock, err error) {
+// acquire takes the lock named key, or, if p is set, permits of the
+// semaphore named key (which are not reentrant).
+func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.Permits, opts []LockOption) (l *Lock, err error) {
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
@@ -37,11 +39,16 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
+	if p != nil {
+		if err := checkPermits(p, &cfg); err != nil {
+			return nil, err
+		}
+	}
 	// A hold that has ended while ctx lives was not found through ctx's
 	// cancellation chain but through values copied into another lock's
 	// Context (Lock(a.Context(), "b") and a is unlocked since): it is not
 	// held, so take the lock as usual.
-	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok && (h.ctx.Err() == nil || ctx.Err() != nil) {
+	if h, ok := ctx.Value(heldKey{c, key}).(*hold); ok && p == nil && (h.ctx.Err() == nil || ctx.Err() != nil) {
 		if c.isClosed() {
 			return nil, ErrClosed
 		}
@@ -56,6 +63,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		Renew: cfg.renew,
 		Meta:  c.metadata(cfg.meta),
 		Wait:  wait,
+
+		Permits: p,
 	}
 	if cfg.retry != nil {
 		req.Retry = cfg.retry
@@ -100,7 +109,12 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		h.renewUntil = g.Start.Add(cfg.maxHold)
 	}
 	h.trust(g.Start, g.TTL)
-	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), heldKey{c, key}, h))
+	hctx := context.WithoutCancel(ctx)
+	if p == nil {
+		// Lock with this Context, or one derived from it, re-enters.
+		hctx = context.WithValue(hctx, heldKey{c, key}, h)
+	}
+	h.ctx, h.cancel = context.WithCancelCause(hctx)
 	h.endsLocal()
 	if !time.Now().Before(h.deadline) {
 		// The reply came after the lease could be trusted: Redis may have

@@ -34,6 +34,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Primitives", func(t *testing.T) { testClusterPrimitives(t, cl) })
 	t.Run("HandOverWakesWaiter", func(t *testing.T) { testClusterHandOver(t, cl) })
+	t.Run("Semaphore", func(t *testing.T) { testClusterSemaphore(t, cl) })
 	t.Run("RenewalsBatchedPerNode", func(t *testing.T) { testClusterRenewalBatches(t, cl) })
 	t.Run("ReplicaAckOnKeyNode", func(t *testing.T) { testClusterReplicaAck(t, cl, replicas) })
 	t.Run("SlotMigration", func(t *testing.T) { testClusterSlotMigration(t, cl) })
@@ -234,6 +235,43 @@ func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
 // only rarely, so the prompt hand-over proves that the release's wake-up
 // message reached the waiter on the lock's master. what names the case in
 // failure messages.
+// testClusterSemaphore takes and hands over permits of semaphores whose
+// names fall on every master: a semaphore's scripts touch its five names
+// together, so they must share a slot.
+func testClusterSemaphore(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc, noPolling)
+	other := newClientOn(t, cl.Client(t), noPolling)
+	masters := map[string]bool{}
+	for i := 0; len(masters) < len(cl.Nodes); i++ {
+		name := fmt.Sprintf("pool:%d", i)
+		s := c.Semaphore(name, 2)
+		k := semKeys(s)
+		m, err := cc.MasterForKey(ctx, k.lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if masters[m.Options().Addr] {
+			continue
+		}
+		masters[m.Options().Addr] = true
+		held, err := s.Acquire(ctx, 2)
+		if err != nil {
+			t.Fatalf("Acquire(%q): %v", name, err)
+		}
+		got := acquireAsync(ctx, other.Semaphore(name, 2), 1)
+		waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+		notYet(t, got, "a waiter on a full semaphore")
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := received(t, got, "the waiter on "+name).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func releaseAndWaitHandOver(t *testing.T, l *Lock, got <-chan lockResult, what string) {
 	t.Helper()
 	l2 := handOverWithin(t, l, got, time.Second, 10*time.Second, what)

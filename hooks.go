@@ -112,8 +112,9 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 		x.record = c.sizeLease(ctx, req, cfg, a)
 	}
 	// The in-process lock last: from here on acquire gives it back, even
-	// on a panic (a go-redis hook's, a RetryStrategy's).
-	if c.ext.local != nil {
+	// on a panic (a go-redis hook's, a RetryStrategy's). A semaphore has
+	// none: a Client's goroutines may hold its permits together.
+	if c.ext.local != nil && req.Permits == nil {
 		lh, rest, err := c.ext.local.lock(ctx, req.Key, req.Wait, req.Retry, c.closed)
 		if err != nil {
 			c.acquireEnd(ctx, x, req, nil, err)

@@ -21,15 +21,30 @@ type lockKeys struct {
 
 	names [5]string // the names above, in the order the scripts expect as KEYS
 	args  [5]any    // pointers to names, ready to be command arguments
+
+	// permits is set for a semaphore's names (semaphore.go): then lock is
+	// the hash of its holders.
+	permits *backend.Permits
 }
 
 // keys returns the names for key. They are built once per acquisition and
 // shared by every command of that lock: one allocation for the five strings
 // (each is a substring of one), one for the struct, none per command.
-func (n *node) keys(key string) *lockKeys {
-	p, t := n.prefix, backend.Tag(key)
-	all := p + "{" + t + "}:fence" + p + "{" + t + "}:queue" + p + "{" + t + "}:waiters" + p + "{" + t + "}:wake"
-	b := len(p) + len(t) + 2 // the lock's own name: prefix{tag}
+func (n *node) keys(key string) *lockKeys { return n.keysOf(key, nil) }
+
+// keysOf returns the names for key, or for the semaphore key if p is set:
+// those are the lock's names with ":" and p.Kind after the braces, so a
+// lock and a semaphore of each kind may share one name. No lock name ends
+// that way: each has '}' or one of the suffixes above right after the
+// tag.
+func (n *node) keysOf(key string, p *backend.Permits) *lockKeys {
+	pre, t, kind := n.prefix, backend.Tag(key), ""
+	if p != nil {
+		kind = ":" + p.Kind
+	}
+	all := pre + "{" + t + "}" + kind + ":fence" + pre + "{" + t + "}" + kind + ":queue" +
+		pre + "{" + t + "}" + kind + ":waiters" + pre + "{" + t + "}" + kind + ":wake"
+	b := len(pre) + len(t) + 2 + len(kind) // the lock's own name: prefix{tag}kind
 	k := &lockKeys{}
 	k.lock, k.fence = all[:b], all[:b+6]
 	i := b + 6
@@ -40,6 +55,7 @@ func (n *node) keys(key string) *lockKeys {
 	for j := range k.names {
 		k.args[j] = &k.names[j]
 	}
+	k.permits = p
 	return k
 }
 

@@ -55,7 +55,8 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 				again = n.rdb.Pipeline()
 			}
 			r := rs[i]
-			cmds[i] = extendScript.Eval(ctx, again, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
+			k := leaseKeys(r.Lease)
+			cmds[i] = k.scripts().extend.Eval(ctx, again, []string{k.lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 		}
 	}
 	if again != nil {
@@ -138,7 +139,8 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 	pipe := n.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	for i, r := range rs {
-		cmds[i] = extendScript.EvalSha(ctx, pipe, []string{leaseKeys(r.Lease).lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
+		k := leaseKeys(r.Lease)
+		cmds[i] = k.scripts().extend.EvalSha(ctx, pipe, []string{k.lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds
@@ -165,7 +167,8 @@ func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) 
 	if n.ack != nil {
 		return n.extendAcked(ctx, l, ttl)
 	}
-	v, err := extendScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, backend.Millis(ttl), l.NextExtend()).Int64()
+	k := leaseKeys(l)
+	v, err := k.scripts().extend.Run(ctx, n.rdb, []string{k.lock}, l.Token, backend.Millis(ttl), l.NextExtend()).Int64()
 	return extendOutcome(v, err)
 }
 
@@ -181,7 +184,8 @@ func extendOutcome(v int64, err error) (backend.Outcome, error) {
 
 // TTL reads the remaining lease.
 func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
-	v, err := ttlScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token).Int64()
+	k := leaseKeys(l)
+	v, err := k.scripts().ttl.Run(ctx, n.rdb, []string{k.lock}, l.Token).Int64()
 	switch {
 	case backend.WrongType(err):
 		return 0, backend.NotHeld, nil // as for a renewal: see outcome
@@ -203,7 +207,8 @@ func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64,
 	if n.ack != nil {
 		left, err = n.releaseAcked(ctx, l, level)
 	} else {
-		left, err = n.batch.run(ctx, releaseEval, leaseKeys(l).args[:], &l.Token, level).Int64()
+		k := leaseKeys(l)
+		left, err = n.batch.run(ctx, k.scripts().release, k.args[:], &l.Token, k.releaseArg(level)).Int64()
 	}
 	if backend.WrongType(err) {
 		return -1, nil // another kind of value at the lock's name: not held, as for a renewal

@@ -14,7 +14,10 @@ import (
 // Acquire takes the lock on one Redis deployment, joining the lock's queue
 // and sleeping until the lock is handed over if it is held and r.Wait.
 func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
-	a := &attempt{n: n, r: r, keys: n.keys(r.Key)}
+	if r.Permits != nil && n.ack != nil {
+		return backend.Grant{}, fmt.Errorf("%w: semaphores do not support WithReplicaAck", ErrInvalidOption)
+	}
+	a := &attempt{n: n, r: r, keys: n.keysOf(r.Key, r.Permits)}
 	// A lock handed over while we wait starts with at most a queue TTL of
 	// lease, so that if we died meanwhile it is stuck no longer than that;
 	// the watchdog extends it to the full lease at its first renewal (with
@@ -58,7 +61,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueTTL), backend.Millis(a.grantTTL)
 	a.args = [8]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id, &a.ttlMS}
 	args := a.args[:7]
-	if a.n.ack != nil {
+	switch p := a.r.Permits; {
+	case p != nil:
+		args = append(args[:7:7], &p.Count, &p.Capacity)
+	case a.n.ack != nil:
 		// A lock found handed over gets the full lease in the check itself
 		// (see case 2).
 		args = a.args[:]
@@ -257,7 +263,7 @@ func (a *attempt) abandon(ctx context.Context) {
 		a.n.runOnMasters(rctx, []*call{c}, false)
 		err = c.cmd.Err()
 	} else {
-		err = releaseScript.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, 1).Err()
+		err = a.keys.scripts().release.script.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, a.keys.releaseArg(1)).Err()
 	}
 	if err != nil {
 		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "error", err)

@@ -14,7 +14,7 @@ import (
 // hash tag, so on a cluster it lives on the lock's node). Only adaptive
 // locks read or write it: other locks cost nothing more.
 
-var holdStatsScript = loadScript("holdstats", false)
+var holdStatsScript = loadScript("holdstats")
 
 // statsTTL is how long a key's statistics outlive their last update: a lock
 // nobody took for that long starts again from its fixed lease.

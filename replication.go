@@ -521,7 +521,7 @@ func (a *acker) short(got ack, op, key, token string) bool {
 // this call).
 func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any) ([]int64, ack, error) {
 	if n.ack == nil {
-		res, err := n.batch.run(ctx, acquireEval, k.args[:], args...).Int64Slice()
+		res, err := n.batch.run(ctx, k.scripts().acquire, k.args[:], args...).Int64Slice()
 		return res, ack{ok: true}, err
 	}
 	c := &call{s: acquireScript, keys: k.all(), args: args}

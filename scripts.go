@@ -16,13 +16,20 @@ var luaFiles embed.FS
 // The scripts that may hand a lock over to a waiter share the helpers of
 // lua/common.lua; Redis has no include, so they are joined here.
 var (
-	acquireScript      = loadScript("acquire", true)
-	releaseScript      = loadScript("release", true)
-	forceReleaseScript = loadScript("forcerelease", true)
-	extendScript       = loadScript("extend", false)
-	reenterScript      = loadScript("reenter", false)
-	ttlScript          = loadScript("ttl", false)
-	inspectScript      = loadScript("inspect", false)
+	acquireScript      = loadScript("acquire", "common")
+	releaseScript      = loadScript("release", "common")
+	forceReleaseScript = loadScript("forcerelease", "common")
+	extendScript       = loadScript("extend")
+	reenterScript      = loadScript("reenter")
+	ttlScript          = loadScript("ttl")
+	inspectScript      = loadScript("inspect")
+
+	// A semaphore's scripts (semaphore.lua) share common.lua's queue and
+	// fences with the lock's.
+	permitsAcquireScript = loadScript("semacquire", "common", "semaphore")
+	permitsReleaseScript = loadScript("semrelease", "common", "semaphore")
+	permitsExtendScript  = loadScript("semextend", "common", "semaphore")
+	permitsTTLScript     = loadScript("semttl", "common", "semaphore")
 )
 
 // evalCall is a script sent as EVALSHA with arguments built by hand: its
@@ -35,12 +42,14 @@ type evalCall struct {
 }
 
 var (
-	acquireEval = newEvalCall(acquireScript, "acquire")
-	releaseEval = newEvalCall(releaseScript, "release")
+	acquireEval        = newEvalCall(acquireScript, "acquire", "common")
+	releaseEval        = newEvalCall(releaseScript, "release", "common")
+	permitsAcquireEval = newEvalCall(permitsAcquireScript, "semacquire", "common", "semaphore")
+	permitsReleaseEval = newEvalCall(permitsReleaseScript, "semrelease", "common", "semaphore")
 )
 
-func newEvalCall(s *redis.Script, name string) *evalCall {
-	return &evalCall{script: s, sha: s.Hash(), src: mustRead("common") + "\n" + mustRead(name)}
+func newEvalCall(s *redis.Script, name string, include ...string) *evalCall {
+	return &evalCall{script: s, sha: s.Hash(), src: source(name, include)}
 }
 
 // cmd builds EVALSHA sha len(keys) keys... args...
@@ -77,12 +86,19 @@ func (s *evalCall) retry(ctx context.Context, rdb processor, cmd *redis.Cmd) *re
 	return again
 }
 
-func loadScript(name string, withCommon bool) *redis.Script {
-	body := mustRead(name)
-	if withCommon {
-		body = mustRead("common") + "\n" + body
+// loadScript is the script in lua/<name>.lua, after the helper files it
+// includes.
+func loadScript(name string, include ...string) *redis.Script {
+	return redis.NewScript(source(name, include))
+}
+
+// source joins the helper files and the script: Redis has no include.
+func source(name string, include []string) string {
+	body := ""
+	for _, f := range include {
+		body += mustRead(f) + "\n"
 	}
-	return redis.NewScript(body)
+	return body + mustRead(name)
 }
 
 func mustRead(name string) string {

@@ -1,4 +1,5 @@
--- Shared by the scripts that can take or hand over a lock. Every script that
+-- Shared by the scripts that can take or hand over a lock or a semaphore's
+-- permits (semaphore.lua describes its KEYS[1]). Every script that
 -- includes this file is called with the same five keys, which share one
 -- Redis Cluster hash tag:
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
@@ -44,15 +45,15 @@ local function inc(n)
   return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
 end
 
--- grant makes token the holder with one hold and a fresh fencing token,
--- returned as a decimal string (exact beyond 2^53). handing is true for a
--- hand-over, which has already popped the waiter (and, in a release,
--- deleted the lock): it must not fail half way.
+-- next_fence issues a fresh fencing token, returned as a decimal string
+-- (exact beyond 2^53). handing is true for a hand-over, which has already
+-- popped the waiter (and, in a release, deleted the lock): it must not
+-- fail half way.
 -- The fence is max(last + 1, server time in microseconds): it increases
 -- even if the counter is lost (a failover that dropped the last writes, or
 -- its expiry), as long as the server clock does not jump back further than
 -- that.
-local function grant(token, lease, meta, now_ms, now_us, handing)
+local function next_fence(now_us, handing)
   -- One round of the counter in the common case: the clock has moved on
   -- since the last grant, so the new fence is the time, and SET ... GET
   -- returns the last one to check that. KEEPTTL leaves the expiry alone
@@ -85,6 +86,13 @@ local function grant(token, lease, meta, now_ms, now_us, handing)
     fence = string.format('%.0f', last + 1)
     redis.call('SET', KEYS[2], fence, 'PX', retention(fence, now_us))
   end
+  return fence
+end
+
+-- grant makes token the holder with one hold and a fresh fencing token,
+-- returned as a decimal string (see next_fence).
+local function grant(token, lease, meta, now_ms, now_us, handing)
+  local fence = next_fence(now_us, handing)
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
   redis.call('PEXPIRE', KEYS[1], lease)
   return fence
@@ -152,6 +160,24 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   if set == 1 then redis.call('PEXPIRE', KEYS[4], ttl) end
 end
 
+-- notify tells the Client of a waiter (head) that it has been granted
+-- fence, on that Client's own channel.
+local function notify(head, fence, client)
+  local msg = head .. ' ' .. fence
+  local channel = KEYS[5] .. ':' .. client
+  -- Sharded pub/sub keeps the message on the lock's shard; servers
+  -- before 7.0 lack it and get the classic command. pcall both: the
+  -- hand-over stands even if the server refuses the message (an ACL
+  -- without the channel); the waiter finds it at its next check.
+  -- A SPUBLISH nobody heard goes by PUBLISH too: the waiter's Client
+  -- subscribes with SUBSCRIBE where its own user may not SPUBLISH,
+  -- whatever this user's ACL lets this script do.
+  local sent = redis.pcall('SPUBLISH', channel, msg)
+  if type(sent) ~= 'number' or sent == 0 then
+    redis.pcall('PUBLISH', channel, msg)
+  end
+end
+
 -- hand_over gives the free lock to the first live waiter, if any (it
 -- returns that waiter, its fence and its lease in ms), and
 -- tells that waiter's Client alone, on its own channel, so the new holder
@@ -171,19 +197,7 @@ local function hand_over(now_ms, now_us)
     redis.call('HDEL', KEYS[4], head)
     if lease then
       local fence = grant(head, lease, meta, now_ms, now_us, true)
-      local msg = head .. ' ' .. fence
-      local channel = KEYS[5] .. ':' .. client
-      -- Sharded pub/sub keeps the message on the lock's shard; servers
-      -- before 7.0 lack it and get the classic command. pcall both: the
-      -- hand-over stands even if the server refuses the message (an ACL
-      -- without the channel); the waiter finds it at its next check.
-      -- A SPUBLISH nobody heard goes by PUBLISH too: the waiter's Client
-      -- subscribes with SUBSCRIBE where its own user may not SPUBLISH,
-      -- whatever this user's ACL lets this script do.
-      local sent = redis.pcall('SPUBLISH', channel, msg)
-      if type(sent) ~= 'number' or sent == 0 then
-        redis.pcall('PUBLISH', channel, msg)
-      end
+      notify(head, fence, client)
       return head, fence, tonumber(lease)
     end
   end

@@ -31,6 +31,9 @@ const (
 
 // Acquire takes the lock on a majority of the nodes, waiting if r.Wait.
 func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
+	if r.Permits != nil {
+		return backend.Grant{}, fmt.Errorf("%w: semaphores need one Redis deployment, not Redlock", dlock.ErrInvalidOption)
+	}
 	if b.begin() {
 		defer b.ops.Done()
 	}

@@ -702,3 +702,20 @@ func TestSameClusterTwiceIsRefused(t *testing.T) {
 		t.Errorf("New with one cluster twice = %v, want ErrInvalidOption", err)
 	}
 }
+
+func TestSemaphoresRefused(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	if _, err := c.Semaphore("pool", 2).Acquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("Semaphore on Redlock: %v", err)
+	}
+	if _, err := c.RWMutex("doc").TryRLock(ctx); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("RWMutex on Redlock: %v", err)
+	}
+	for _, rdb := range cl.rdbs {
+		if n := rdb.DBSize(ctx).Val(); n != 0 {
+			t.Fatalf("a refused semaphore wrote %d keys", n)
+		}
+	}
+}

@@ -53,6 +53,16 @@ type Request struct {
 	Retry Retry         // nil: wait until ctx ends
 	Meta  string        // holder metadata (JSON) to store with the lock
 	Wait  bool          // false: one attempt (TryLock)
+	// Permits asks for permits of a semaphore named Key instead of the
+	// lock named Key; nil: the lock.
+	Permits *Permits
+}
+
+// Permits is a request for Count of a semaphore's Capacity permits.
+type Permits struct {
+	Kind     string // the kind of semaphore ("semaphore", "rwmutex"): its own namespace of names
+	Count    int64
+	Capacity int64
 }
 
 // Retry is dlock.RetryStrategy.

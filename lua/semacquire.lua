@@ -1,0 +1,36 @@
+-- semacquire: take ARGV[8] of the ARGV[9] permits of a semaphore for
+-- ARGV[1] if they are free and nobody is queued before it; otherwise
+-- optionally join the queue. ARGV[1]..ARGV[7] are as in acquire.lua.
+-- Returns {1, fence} when taken now, {2, fence, pttl} when they had been
+-- handed over to this token, {0, pttl, last fence} when not free (pttl:
+-- until the soonest holder's lease runs out, -1 if none holds any; a
+-- hand-over message to this token with a fence up to the last one is
+-- stale).
+local token, permits, capacity = ARGV[1], tonumber(ARGV[8]), tonumber(ARGV[9])
+
+-- reply gives a fence as an integer while a double holds it exactly.
+local function reply(fence)
+  local n = tonumber(fence)
+  if n and n < 2^53 then return n end
+  return fence
+end
+
+local now_ms, now_us = clock()
+local used, soonest, mine = in_use(token, now_ms)
+if mine then return {2, reply(mine.fence), mine.expiry - now_ms} end
+-- Holders whose lease ran out may have made room for the waiters first
+-- in line: they go first.
+local head
+head, used = hand_over_permits(capacity, used, token, now_ms, now_us)
+if (not head or head == token) and used + permits <= capacity then
+  if head then dequeue(token) end
+  return {1, reply(grant_permits(token, permits, ARGV[2], ARGV[3], now_ms, now_us))}
+end
+-- Waiters granted just now are left out: their leases are renewed once
+-- they learn of them, and a waiter checks again every third of its queue
+-- entry's TTL anyway.
+local pttl = soonest and soonest - now_ms or -1
+if ARGV[4] ~= '1' then return {0, pttl} end
+enqueue(token, ARGV[6], ARGV[7], permits .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+local last = redis.call('GET', KEYS[2])
+return {0, pttl, last and reply(last) or 0}

@@ -1,0 +1,21 @@
+-- semrelease: give back the permits ARGV[1] holds in a semaphore of ARGV[2]
+-- permits, or take it out of the queue (a waiter giving up), and hand the
+-- permits free then to the waiters first in line: a waiter that leaves
+-- may have been the one the others waited behind.
+-- Returns 0 when released, -1 when the token held no permits (its lease
+-- had run out, or it never held any).
+local token, capacity = ARGV[1], tonumber(ARGV[2])
+local now_ms, now_us = clock()
+local entry = redis.call('HGET', KEYS[1], token)
+local h = entry and holder(entry)
+if entry and not h then not_semaphore() end
+if entry then redis.call('HDEL', KEYS[1], token) end
+dequeue(token)
+-- The release stands even if the queue cannot be served (other data at
+-- its names: Redis does not roll a failed script back).
+pcall(function()
+  local used = in_use(token, now_ms)
+  hand_over_permits(capacity, used, nil, now_ms, now_us)
+end)
+if h and h.expiry > now_ms then return 0 end
+return -1

@@ -1,0 +1,48 @@
+package dlock
+
+import "context"
+
+// RWMutex is a readers-writer lock on Redis: any number of readers, or one
+// writer. It is a Semaphore of MaxPermits permits (see Semaphore for
+// leases, renewal, loss and what it does not support), of which a reader
+// takes one and a writer all; so waiters are served in arrival order, and
+// a writer waiting holds back the readers that come after it: a steady
+// stream of readers cannot starve writers. The Locks it returns are not
+// reentrant: a reader that takes the read lock again while a writer waits
+// deadlocks, as with sync.RWMutex.
+type RWMutex struct {
+	s Semaphore
+}
+
+// RWMutex returns the readers-writer lock named name. Its Redis names never
+// clash with those of a lock or a Semaphore of the same name.
+func (c *Client) RWMutex(name string) *RWMutex {
+	return &RWMutex{Semaphore{c: c, name: name, capacity: MaxPermits, kind: "rwmutex"}}
+}
+
+// Name returns the lock's name.
+func (m *RWMutex) Name() string { return m.s.name }
+
+// RLock takes the lock for reading, waiting until no writer holds it or
+// waits before this reader, or ctx ends.
+func (m *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return m.s.acquire(ctx, 1, true, opts)
+}
+
+// TryRLock makes one attempt to take the lock for reading: it fails with
+// ErrNotObtained if a writer holds the lock or anyone waits for it.
+func (m *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return m.s.acquire(ctx, 1, false, opts)
+}
+
+// Lock takes the lock for writing, waiting until nobody else holds it and
+// the waiters before it have had their turn, or ctx ends.
+func (m *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return m.s.acquire(ctx, MaxPermits, true, opts)
+}
+
+// TryLock makes one attempt to take the lock for writing: it fails with
+// ErrNotObtained if anyone holds the lock or waits for it.
+func (m *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return m.s.acquire(ctx, MaxPermits, false, opts)
+}

@@ -1,0 +1,86 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// MaxPermits is the largest capacity of a Semaphore.
+const MaxPermits = 1 << 40
+
+// Semaphore is a counting semaphore on Redis: at most its capacity of
+// permits are held at once, by any number of holders across processes.
+// Each holder has its own lease, renewed by the watchdog like a lock's, so
+// a holder that dies gives its permits back when its lease runs out while
+// the others keep theirs.
+//
+// Waiters queue in arrival order, as for a lock: permits given back go to
+// the first waiters in line, which are told over pub/sub. A waiter whose
+// request does not fit yet holds back the ones behind it, so a large
+// request is not starved by small ones (as with
+// golang.org/x/sync/semaphore).
+//
+// Every Client using a semaphore's name must give it the same capacity.
+// Permits are not reentrant: a holder that acquires more while it holds
+// some waits like anyone else. Semaphores are not available on Redlock
+// (package redlock) or with WithReplicaAck, nor with WithAdaptiveTTL; the
+// local queue and degraded mode (WithLocalQueue, WithDegradedMode) apply
+// to locks only.
+type Semaphore struct {
+	c        *Client
+	name     string
+	capacity int64
+	kind     string // the Redis namespace: semaphores and RWMutexes of one name are distinct
+}
+
+// Semaphore returns the semaphore named name with capacity permits
+// (between 1 and MaxPermits; a bad name or capacity is reported by
+// Acquire). Its Redis names never clash with a lock's of the same name.
+func (c *Client) Semaphore(name string, capacity int64) *Semaphore {
+	return &Semaphore{c: c, name: name, capacity: capacity, kind: "semaphore"}
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Capacity returns how many permits the semaphore has.
+func (s *Semaphore) Capacity() int64 { return s.capacity }
+
+// Acquire takes n permits, waiting until they are granted or ctx ends. The
+// returned Lock stands for the n permits: Unlock gives them back, its
+// Context is cancelled if they are lost, and its Fence is greater than
+// that of every earlier grant of this semaphore. WithRetry bounds the
+// wait, as for Client.Lock.
+func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Lock, error) {
+	return s.acquire(ctx, n, true, opts)
+}
+
+// TryAcquire makes one attempt and returns an error wrapping
+// ErrNotObtained if n permits are not free (or others are queued for
+// permits).
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Lock, error) {
+	return s.acquire(ctx, n, false, opts)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []LockOption) (*Lock, error) {
+	if s.c == nil {
+		return nil, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
+	}
+	return s.c.acquire(ctx, s.name, wait, &backend.Permits{Kind: s.kind, Count: n, Capacity: s.capacity}, opts)
+}
+
+// checkPermits validates a request for permits and the options it came
+// with.
+func checkPermits(p *backend.Permits, cfg *lockConfig) error {
+	switch {
+	case p.Capacity < 1 || p.Capacity > MaxPermits:
+		return fmt.Errorf("%w: semaphore capacity %d outside [1, %d]", ErrInvalidOption, p.Capacity, int64(MaxPermits))
+	case p.Count < 1 || p.Count > p.Capacity:
+		return fmt.Errorf("%w: %d permits requested, outside [1, %d]", ErrInvalidOption, p.Count, p.Capacity)
+	case cfg.ext.adaptive != nil:
+		return fmt.Errorf("%w: WithAdaptiveTTL applies to locks only", ErrInvalidOption)
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
+)
+
+// noPolling makes waiters check the queue every 20 s only: within a
+// test's bound of 5 s, only a hand-over message wakes them.
+var noPolling = WithQueueTTL(time.Minute)
+
+// semKeys returns the Redis names of s.
+func semKeys(s *Semaphore) *lockKeys {
+	return s.c.be.(*node).keysOf(s.name, &backend.Permits{Kind: s.kind, Capacity: s.capacity})
+}
+
+// acquireAsync calls s.Acquire in a goroutine; the result arrives on the
+// channel (buffered: the goroutine never blocks).
+func acquireAsync(ctx context.Context, s *Semaphore, n int64) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := s.Acquire(ctx, n)
+		got <- lockResult{l, err}
+	}()
+	return got
+}
+
+// waitSemQueued waits until n waiters are queued for s and, if n > 0, the
+// last of them (made by s's Client) is subscribed to its hand-over channel.
+func waitSemQueued(t *testing.T, rdb *redis.Client, s *Semaphore, n int64) {
+	t.Helper()
+	k := semKeys(s)
+	ch := k.channel + ":" + s.c.be.(*node).id
+	waitUntil(t, 5*time.Second, fmt.Sprintf("%d waiters queued and subscribed", n), func() bool {
+		shard, _ := rdb.PubSubShardNumSub(context.Background(), ch).Result()
+		return rdb.ZCard(context.Background(), k.queue).Val() == n && (n == 0 || shard[ch] >= 1)
+	})
+}
+
+// notYet fails the test if got has a result already.
+func notYet(t *testing.T, got <-chan lockResult, what string) {
+	t.Helper()
+	select {
+	case r := <-got:
+		t.Fatalf("%s got permits too early (err %v)", what, r.err)
+	default:
+	}
+}
+
+// received waits for got's result and fails the test unless it is a Lock.
+func received(t *testing.T, got <-chan lockResult, what string) *Lock {
+	t.Helper()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.l
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not granted within 5s", what)
+		return nil
+	}
+}
+
+func TestSemaphoreNeverGrantsMoreThanCapacity(t *testing.T) {
+	srvC, rdb, srv := newTestClient(t)
+	clients := []*Client{srvC, newClientOn(t, srv.Client(t)), newClientOn(t, srv.Client(t))}
+	const capacity, workers, rounds = 3, 9, 6
+	var in, most atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := clients[w%len(clients)].Semaphore("pool", capacity)
+			ctx := context.Background()
+			for i := 0; i < rounds; i++ {
+				n := int64(1 + (w+i)%2) // 1 or 2 permits
+				l, err := s.Acquire(ctx, n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				now := in.Add(n)
+				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+				}
+				rdb.Incr(ctx, "work") // a round trip inside
+				in.Add(-n)
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m > capacity {
+		t.Fatalf("%d permits held at once, capacity %d", m, capacity)
+	}
+	if n := rdb.Get(context.Background(), "work").Val(); n != fmt.Sprint(workers*rounds) {
+		t.Fatalf("%s acquisitions, want %d", n, workers*rounds)
+	}
+	if n := rdb.Exists(context.Background(), semKeys(clients[0].Semaphore("pool", capacity)).lock).Val(); n != 0 {
+		t.Fatal("holders left behind after every permit was given back")
+	}
+}
+
+func TestSemaphoreServesWaitersInOrder(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	other := newClientOn(t, srv.Client(t), noPolling).Semaphore("pool", 3)
+	held, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := acquireAsync(ctx, other, 3)
+	waitSemQueued(t, rdb, other, 1)
+	// One permit is free, but the waiter for 3 came first: a small
+	// request does not overtake it.
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryAcquire(1) behind a queued waiter: %v", err)
+	}
+	small := acquireAsync(ctx, s, 1)
+	waitSemQueued(t, rdb, s, 2)
+	notYet(t, small, "a waiter behind a larger one")
+
+	// Woken by the release's hand-over message (noPolling).
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := received(t, big, "the first waiter")
+	notYet(t, small, "the second waiter, with all permits held")
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sm := received(t, small, "the second waiter")
+	if sm.Fence() <= b.Fence() || b.Fence() <= held.Fence() {
+		t.Fatalf("fences %d, %d, %d: not increasing", held.Fence(), b.Fence(), sm.Fence())
+	}
+	_ = sm.Unlock(ctx)
+}
+
+func TestSemaphoreWaiterGivingUpLetsOthersIn(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	held, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	other := newClientOn(t, srv.Client(t), noPolling).Semaphore("pool", 3)
+	bctx, cancel := context.WithCancel(ctx)
+	big := acquireAsync(bctx, other, 3)
+	waitSemQueued(t, rdb, other, 1)
+	small := acquireAsync(ctx, s, 1)
+	waitSemQueued(t, rdb, s, 2)
+	cancel()
+	if r := <-big; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", r.err)
+	}
+	// The waiter that left was the one the other waited behind: its
+	// leaving hands the free permit over.
+	sm := received(t, small, "the waiter behind the one that left")
+	if err := sm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSemaphorePermitsOfDeadHolderReturnAtLeaseEnd(t *testing.T) {
+	c, rdb, srv := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	kept, err := s.Acquire(ctx, 1, WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder that stops renewing, as one that died: its permit comes
+	// back when its lease runs out, while the renewed holder keeps its.
+	const lease = 400 * time.Millisecond
+	start := time.Now()
+	if _, err := s.Acquire(ctx, 1, WithTTL(lease), WithoutRenewal()); err != nil {
+		t.Fatal(err)
+	}
+	waiter := newClientOn(t, srv.Client(t)).Semaphore("pool", 2)
+	l := received(t, acquireAsync(ctx, waiter, 1), "the waiter")
+	if d := time.Since(start); d < lease-backend.Drift(lease)-10*time.Millisecond {
+		t.Fatalf("granted %v after the dead holder's grant, before its lease of %v ran out", d, lease)
+	}
+	if kept.Context().Err() != nil {
+		t.Fatalf("the renewed holder lost its permit: %v", context.Cause(kept.Context()))
+	}
+	if n := rdb.HLen(ctx, semKeys(s).lock).Val(); n != 2 {
+		t.Fatalf("%d holders, want 2", n)
+	}
+	_ = l.Unlock(ctx)
+	_ = kept.Unlock(ctx)
+}
+
+func TestSemaphoreRenewedAndLost(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	l, err := s.Acquire(ctx, 1, WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := semKeys(s)
+	// Time is the subject: past two leases, only renewals keep it.
+	time.Sleep(600 * time.Millisecond)
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL two leases on: %v, %v", ttl, err)
+	}
+	if err := l.Context().Err(); err != nil {
+		t.Fatalf("lost while renewed: %v", context.Cause(l.Context()))
+	}
+	// An operator removes the holder: the next renewal finds it gone.
+	rdb.HDel(ctx, k.lock, l.Token())
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss was not noticed")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock of lost permits: %v", err)
+	}
+}
+
+func TestSemaphoreExtendAndTTL(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l, err := c.Semaphore("pool", 1).Acquire(ctx, 1, WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl < 19*time.Second || ttl > 20*time.Second {
+		t.Fatalf("TTL after Extend(20s): %v, %v", ttl, err)
+	}
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl > time.Second {
+		t.Fatalf("TTL after Extend(1s): %v, %v", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("TTL after Unlock: %v", err)
+	}
+}
+
+func TestSemaphoreBadInput(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func() (*Lock, error)
+		want error
+	}{
+		{"capacity 0", func() (*Lock, error) { return c.Semaphore("s", 0).Acquire(ctx, 1) }, ErrInvalidOption},
+		{"negative capacity", func() (*Lock, error) { return c.Semaphore("s", -1).TryAcquire(ctx, 1) }, ErrInvalidOption},
+		{"capacity too large", func() (*Lock, error) { return c.Semaphore("s", MaxPermits+1).Acquire(ctx, 1) }, ErrInvalidOption},
+		{"0 permits", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 0) }, ErrInvalidOption},
+		{"more permits than capacity", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 3) }, ErrInvalidOption},
+		{"empty name", func() (*Lock, error) { return c.Semaphore("", 2).Acquire(ctx, 1) }, ErrInvalidKey},
+		{"empty rwmutex name", func() (*Lock, error) { return c.RWMutex("").RLock(ctx) }, ErrInvalidKey},
+		{"bad ttl", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 1, WithTTL(0)) }, ErrInvalidTTL},
+		{"adaptive", func() (*Lock, error) {
+			return c.Semaphore("s", 2).Acquire(ctx, 1, WithAdaptiveTTL(2, time.Minute))
+		}, ErrInvalidOption},
+		{"zero Semaphore", func() (*Lock, error) { return (&Semaphore{}).Acquire(ctx, 1) }, ErrInvalidOption},
+	} {
+		l, err := tc.call()
+		if !errors.Is(err, tc.want) || l != nil {
+			t.Errorf("%s: %v, %v; want %v", tc.name, l, err, tc.want)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+	c.Close()
+	if _, err := c.Semaphore("s", 2).Acquire(ctx, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestSemaphoreRefusesReplicaAck(t *testing.T) {
+	_, rdb, _ := newTestClient(t)
+	c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport))
+	if _, err := c.Semaphore("pool", 2).Acquire(context.Background(), 1); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Semaphore with WithReplicaAck: %v", err)
+	}
+	if n := rdb.DBSize(context.Background()).Val(); n != 0 {
+		t.Fatalf("a refused semaphore wrote %d keys", n)
+	}
+}
+
+func TestSemaphoreKeyOfWrongType(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	k := semKeys(s)
+	rdb.Set(ctx, k.lock, "other data", 0)
+	if _, err := s.Acquire(ctx, 1); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("a string at the holders' name: %v", err)
+	}
+	rdb.Del(ctx, k.lock)
+	rdb.HSet(ctx, k.lock, "field", "not a holder")
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("a hash that is not a semaphore's: %v", err)
+	}
+	if v := rdb.HGetAll(ctx, k.lock).Val(); len(v) != 1 || v["field"] != "not a holder" {
+		t.Fatalf("the other data was changed: %v", v)
+	}
+	if n := rdb.Exists(ctx, k.queue, k.waiters).Val(); n != 0 {
+		t.Fatal("a failed Acquire left a queue entry")
+	}
+}
+
+func TestSemaphoreNamesAreTheirOwn(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	lock := mustLock(t, c, "x")
+	perm, err := c.Semaphore("x", 1).TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("a semaphore named like a held lock: %v", err)
+	}
+	w, err := c.RWMutex("x").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("an RWMutex named like a held lock and semaphore: %v", err)
+	}
+	// Permits are not reentrant, and their Context does not re-enter the
+	// lock of the same name either.
+	if _, err := c.Semaphore("x", 1).TryAcquire(perm.Context(), 1); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryAcquire with the holder's Context: %v", err)
+	}
+	if _, err := c.TryLock(perm.Context(), "x"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with a permit's Context re-entered the lock: %v", err)
+	}
+	if _, err := c.Semaphore("x", 1).TryAcquire(lock.Context(), 1); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryAcquire with the lock's Context: %v", err)
+	}
+	for _, l := range []*Lock{lock, perm, w} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRWMutex(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	m := c.RWMutex("doc")
+	other := newClientOn(t, srv.Client(t), noPolling).RWMutex("doc")
+	r1, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := other.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with readers in: %v", err)
+	}
+	writer := make(chan lockResult, 1)
+	go func() {
+		l, err := other.Lock(ctx)
+		writer <- lockResult{l, err}
+	}()
+	waitSemQueued(t, rdb, &other.s, 1)
+	// A writer waits: readers that come after it wait behind it.
+	if _, err := m.TryRLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryRLock with a writer waiting: %v", err)
+	}
+	reader := make(chan lockResult, 1)
+	go func() {
+		l, err := m.RLock(ctx)
+		reader <- lockResult{l, err}
+	}()
+	waitSemQueued(t, rdb, &m.s, 2)
+	_ = r1.Unlock(ctx)
+	notYet(t, writer, "the writer, with a reader in")
+	_ = r2.Unlock(ctx)
+	w := received(t, writer, "the writer")
+	notYet(t, reader, "the reader, with the writer in")
+	_ = w.Unlock(ctx)
+	r := received(t, reader, "the reader after the writer")
+	if r.Fence() <= w.Fence() {
+		t.Fatalf("fences %d then %d", w.Fence(), r.Fence())
+	}
+	_ = r.Unlock(ctx)
+}
