@@ -7,6 +7,10 @@
 // Waiting is fair and cheap: waiters queue in Redis in arrival order, and a
 // release hands the lock to the next live waiter and wakes only that one.
 //
+// Client.Semaphore and Client.RWMutex give counting semaphores and
+// readers-writer locks whose holders have the same leases, Context, fences
+// and queue as a lock's.
+//
 // A Client works on one Redis deployment (New: a server, a Sentinel
 // failover client or a Cluster client); package redlock makes a Client on
 // a quorum of independent masters. Both satisfy Locker.

@@ -117,3 +117,57 @@ func ExampleWithRetry() {
 	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
 	// Output: true
 }
+
+func ExampleClient_Semaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// At most 3 exports at once across every process using "exports".
+	exports := locks.Semaphore("exports", 3)
+	big, err := exports.Acquire(ctx, 2) // a large export takes 2 permits
+	if err != nil {
+		panic(err)
+	}
+	small, _ := exports.Acquire(ctx, 1)
+
+	_, err = exports.TryAcquire(ctx, 1)
+	fmt.Println("full:", errors.Is(err, dlock.ErrNotObtained))
+
+	// Each holder has its own lease, renewed while it works, and its own
+	// Context, cancelled if its permits are lost.
+	_ = big.Unlock(ctx)
+	again, err := exports.TryAcquire(ctx, 2)
+	fmt.Println("after a release:", err)
+	_ = again.Unlock(ctx)
+	_ = small.Unlock(ctx)
+	// Output:
+	// full: true
+	// after a release: <nil>
+}
+
+func ExampleClient_RWMutex() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	config := locks.RWMutex("config")
+	r1, _ := config.RLock(ctx) // readers share the lock
+	r2, _ := config.RLock(ctx)
+
+	_, err := config.TryLock(ctx)
+	fmt.Println("writer while reading:", errors.Is(err, dlock.ErrNotObtained))
+
+	_ = r1.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+	w, err := config.Lock(ctx) // a writer has it alone
+	fmt.Println("writer after the readers:", err)
+	_ = w.Unlock(ctx)
+	// Output:
+	// writer while reading: true
+	// writer after the readers: <nil>
+}

@@ -345,6 +345,9 @@ func TestSemaphoreNamesAreTheirOwn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an RWMutex named like a held lock and semaphore: %v", err)
 	}
+	if names, err := c.List(ctx, "*"); err != nil || len(names) != 1 || names[0] != "x" {
+		t.Fatalf("List: %q, %v; want the lock alone", names, err)
+	}
 	// Permits are not reentrant, and their Context does not re-enter the
 	// lock of the same name either.
 	if _, err := c.Semaphore("x", 1).TryAcquire(perm.Context(), 1); !errors.Is(err, ErrNotObtained) {
