@@ -23,15 +23,20 @@ func semKeys(s *Semaphore) *lockKeys {
 	return s.c.be.(*node).keysOf(s.name, &backend.Permits{Kind: s.kind, Capacity: s.capacity})
 }
 
-// acquireAsync calls s.Acquire in a goroutine; the result arrives on the
+// inBackground calls take in a goroutine; the result arrives on the
 // channel (buffered: the goroutine never blocks).
-func acquireAsync(ctx context.Context, s *Semaphore, n int64) <-chan lockResult {
+func inBackground(take func() (*Lock, error)) <-chan lockResult {
 	got := make(chan lockResult, 1)
 	go func() {
-		l, err := s.Acquire(ctx, n)
+		l, err := take()
 		got <- lockResult{l, err}
 	}()
 	return got
+}
+
+// acquireAsync calls s.Acquire in a goroutine (inBackground).
+func acquireAsync(ctx context.Context, s *Semaphore, n int64) <-chan lockResult {
+	return inBackground(func() (*Lock, error) { return s.Acquire(ctx, n) })
 }
 
 // waitSemQueued waits until n waiters are queued for s and, if n > 0, the
@@ -382,21 +387,13 @@ func TestRWMutex(t *testing.T) {
 	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock with readers in: %v", err)
 	}
-	writer := make(chan lockResult, 1)
-	go func() {
-		l, err := other.Lock(ctx)
-		writer <- lockResult{l, err}
-	}()
+	writer := inBackground(func() (*Lock, error) { return other.Lock(ctx) })
 	waitSemQueued(t, rdb, &other.s, 1)
 	// A writer waits: readers that come after it wait behind it.
 	if _, err := m.TryRLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryRLock with a writer waiting: %v", err)
 	}
-	reader := make(chan lockResult, 1)
-	go func() {
-		l, err := m.RLock(ctx)
-		reader <- lockResult{l, err}
-	}()
+	reader := inBackground(func() (*Lock, error) { return m.RLock(ctx) })
 	waitSemQueued(t, rdb, &m.s, 2)
 	_ = r1.Unlock(ctx)
 	notYet(t, writer, "the writer, with a reader in")
