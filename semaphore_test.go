@@ -407,3 +407,126 @@ func TestRWMutex(t *testing.T) {
 	}
 	_ = r.Unlock(ctx)
 }
+
+// As TestWaiterFailingOnWrongTypeLeavesTheQueue, for permits: a waiter
+// whose check finds a string at the holders' name fails, and must leave
+// no queue entry behind, which would be handed permits held by nobody once
+// that value is gone.
+func TestSemaphoreWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
+	c, rdb, srv := newTestClient(t, WithQueueTTL(time.Hour))
+	ctx := context.Background()
+	s := c.Semaphore("pool", 1)
+	k := semKeys(s)
+	held, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short lease: the waiter checks every 100 ms all the same.
+	got := inBackground(func() (*Lock, error) { return s.Acquire(ctx, 1, WithTTL(300*time.Millisecond)) })
+	waitSemQueued(t, rdb, s, 1)
+	if err := rdb.Set(ctx, k.lock, "not a semaphore", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if !errors.Is(r.err, ErrWrongType) {
+			t.Fatalf("Acquire = %v, want ErrWrongType", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not give up on the wrong-type key")
+	}
+	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
+		t.Errorf("%d entries left in the queue by the failed Acquire", n)
+	}
+	rdb.Del(ctx, k.lock)
+	_ = held.Unlock(ctx) // its permit is gone: ErrNotHeld
+	other := newClientOn(t, srv.Client(t)).Semaphore("pool", 1)
+	l, err := other.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("TryAcquire of a free semaphore nobody waits for = %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// As TestReleaseWithWrongTypeQueueCompletes, for permits: with other data
+// at the queue's or the waiters' name, giving permits back still
+// completes and says so (Redis does not roll a failed script back: the
+// permits would be gone while Unlock reported a failure).
+func TestSemaphoreReleaseWithWrongTypeQueueCompletes(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, foreign := range []string{"queue", "waiters"} {
+		s := c.Semaphore(foreign, 2)
+		k := semKeys(s)
+		l, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := k.queue
+		if foreign == "waiters" {
+			// A queued entry, so that the hand-over reads the waiters.
+			rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: "w"})
+			name = k.waiters
+		}
+		rdb.Set(ctx, name, "other data", 0)
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%s: Unlock = %v, want nil", foreign, err)
+		}
+		if n := rdb.HLen(ctx, k.lock).Val(); n != 0 {
+			t.Errorf("%s: %d holders left", foreign, n)
+		}
+		if v := rdb.Get(ctx, name).Val(); v != "other data" {
+			t.Errorf("%s: the other code's value is now %q", foreign, v)
+		}
+	}
+}
+
+// As TestCorruptFenceCounter, for permits: a fence counter that is not a
+// number, or not even a string, does not end a waiter's wait (its checks
+// read the counter for the stale check); the release's hand-over repairs
+// it and the waiter gets the permits.
+func TestSemaphoreCorruptFenceCounter(t *testing.T) {
+	c, rdb, srv := newTestClient(t)
+	ctx := context.Background()
+	for _, bad := range []string{"x", "a list"} {
+		s := c.Semaphore("corrupt-"+bad, 1)
+		k := semKeys(s)
+		held, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A short queue TTL: the waiter checks every 200 ms, and a place
+		// kept through failed checks runs out within 600 ms.
+		const queueTTL = 600 * time.Millisecond
+		ws := newClientOn(t, srv.Client(t), WithQueueTTL(queueTTL)).Semaphore(s.name, 1)
+		got := acquireAsync(ctx, ws, 1)
+		waitSemQueued(t, rdb, ws, 1)
+		token := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
+		deadline := func() int64 {
+			var d int64
+			fmt.Sscan(rdb.HGet(ctx, k.waiters, token).Val(), &d)
+			return d
+		}
+		first := deadline()
+		if bad == "a list" {
+			rdb.Del(ctx, k.fence)
+			rdb.LPush(ctx, k.fence, "x")
+		} else {
+			rdb.Set(ctx, k.fence, bad, 0)
+		}
+		// Checks made with the counter corrupt, for longer than the
+		// queue TTL (or the waiter gave up and left the queue).
+		waitUntil(t, 5*time.Second, "the waiter to check past its queue TTL", func() bool {
+			d := deadline()
+			return d == 0 || d > first+queueTTL.Milliseconds()+200
+		})
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("counter %q: Unlock = %v", bad, err)
+		}
+		w := received(t, got, fmt.Sprintf("counter %q: the waiter", bad))
+		if w.Fence() <= held.Fence() {
+			t.Errorf("counter %q: handed-over fence %d <= previous %d", bad, w.Fence(), held.Fence())
+		}
+		_ = w.Unlock(ctx)
+	}
+}

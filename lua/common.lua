@@ -45,6 +45,12 @@ local function inc(n)
   return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
 end
 
+-- is_fence reports whether s, a string, is a fence: a positive int64 in
+-- decimal.
+local function is_fence(s)
+  return string.match(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s < '9223372036854775807'))
+end
+
 -- next_fence issues a fresh fencing token, returned as a decimal string
 -- (exact beyond 2^53). handing is true for a hand-over, which has already
 -- popped the waiter (and, in a release, deleted the lock): it must not
@@ -70,8 +76,7 @@ local function next_fence(now_us, handing)
     raw = false
   end
   local last = raw and tonumber(raw)
-  if last and last >= 2^53 and string.match(raw, '^[1-9]%d*$')
-      and (#raw < 19 or (#raw == 19 and raw < '9223372036854775807')) then
+  if last and last >= 2^53 and is_fence(raw) then
     -- Past the integers a double holds exactly, but still a fence (an
     -- int64): one more, counted in decimal.
     fence = inc(raw)

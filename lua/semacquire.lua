@@ -32,5 +32,12 @@ end
 local pttl = soonest and soonest - now_ms or -1
 if ARGV[4] ~= '1' then return {0, pttl} end
 enqueue(token, ARGV[6], ARGV[7], permits .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
-local last = redis.call('GET', KEYS[2])
-return {0, pttl, last and reply(last) or 0}
+-- A counter that is not a fence (written by hand, or of another type) is
+-- replaced, from the clock, by the next grant: the clock is then the
+-- floor of the fences, as for a lost counter. Failing here would end the
+-- wait, and replying it would fail the client's read of the reply.
+local last = redis.pcall('GET', KEYS[2])
+if type(last) ~= 'string' or not is_fence(last) then
+  last = string.format('%.0f', now_us)
+end
+return {0, pttl, reply(last)}

@@ -4,16 +4,23 @@
 -- may have been the one the others waited behind.
 -- Returns 0 when released, -1 when the token held no permits (its lease
 -- had run out, or it never held any).
+-- A holders key of another type is an error, but a waiter giving up still
+-- leaves the queue (as in release.lua): its entry would be handed permits
+-- once that value is gone.
 local token, capacity = ARGV[1], tonumber(ARGV[2])
 local now_ms, now_us = clock()
-local entry = redis.call('HGET', KEYS[1], token)
+local entry = redis.pcall('HGET', KEYS[1], token)
+if type(entry) == 'table' then
+  pcall(dequeue, token)
+  return entry
+end
 local h = entry and holder(entry)
 if entry and not h then not_semaphore() end
 if entry then redis.call('HDEL', KEYS[1], token) end
-dequeue(token)
--- The release stands even if the queue cannot be served (other data at
--- its names: Redis does not roll a failed script back).
+-- The release stands even if the queue cannot be left or served (other
+-- data at its names: Redis does not roll a failed script back).
 pcall(function()
+  dequeue(token)
   local used = in_use(token, now_ms)
   hand_over_permits(capacity, used, nil, now_ms, now_us)
 end)
