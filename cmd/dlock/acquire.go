@@ -80,25 +80,42 @@ func (a *app) acquire(ctx context.Context, c *conn, f runFlags, key string) (*dl
 		ctx, stop = context.WithTimeoutCause(ctx, f.wait, errWaitedTooLong)
 		defer stop()
 	}
-	var l *dlock.Lock
-	var err error
-	if f.noWait {
-		l, err = c.locks.TryLock(ctx, key, opts...)
-	} else {
-		l, err = c.locks.Lock(ctx, key, opts...)
+	l, err := take(ctx, c, f, key, opts)
+	// held says why KEY could not be taken.
+	held := func() string {
+		if f.capacity > 0 {
+			return fmt.Sprintf("semaphore %q has not %d of its %d permits free", key, f.permits, f.capacity)
+		}
+		return fmt.Sprintf("lock %q is held%s", key, a.heldBy(c, key))
 	}
 	switch {
 	case err == nil:
 		return l, nil
 	case errors.Is(err, dlock.ErrNotObtained):
-		return nil, exitf(exitNotObtained, "lock %q is held%s; not waiting (--no-wait)", key, a.heldBy(c, key))
+		return nil, exitf(exitNotObtained, "%s; not waiting (--no-wait)", held())
 	case errors.Is(context.Cause(ctx), errWaitedTooLong):
-		return nil, exitf(exitNotObtained, "lock %q not obtained within --wait %v; it is held%s", key, f.wait, a.heldBy(c, key))
+		return nil, exitf(exitNotObtained, "%s; not obtained within --wait %v", held(), f.wait)
 	case ctx.Err() != nil:
 		return nil, context.Cause(ctx) // a signal: the caller says so
 	default:
 		return nil, redisFailure(err)
 	}
+}
+
+// take makes run's request: the lock KEY, or --permits of the semaphore
+// KEY with --capacity; one attempt with --no-wait.
+func take(ctx context.Context, c *conn, f runFlags, key string, opts []dlock.LockOption) (*dlock.Lock, error) {
+	if f.capacity > 0 {
+		s := c.locks.Semaphore(key, f.capacity)
+		if f.noWait {
+			return s.TryAcquire(ctx, f.permits, opts...)
+		}
+		return s.Acquire(ctx, f.permits, opts...)
+	}
+	if f.noWait {
+		return c.locks.TryLock(ctx, key, opts...)
+	}
+	return c.locks.Lock(ctx, key, opts...)
 }
 
 // heldBy says why key could not be taken, as " by ..." (its holder) or

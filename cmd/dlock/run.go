@@ -37,6 +37,9 @@ type runFlags struct {
 	grace   time.Duration
 	maxHold time.Duration
 	meta    string
+	// capacity > 0 makes KEY a semaphore of that many permits, of which
+	// run holds permits.
+	capacity, permits int64
 }
 
 func (a *app) runCmd() *cobra.Command {
@@ -77,6 +80,11 @@ Ctrl-Z (SIGTSTP) stops COMMAND and dlock together, as one job, and fg or bg
 COMMAND and exits 79, as for a lost lock. (SIGSTOP, which dlock cannot catch,
 stops dlock alone.)
 
+With --capacity M, KEY names a semaphore of M permits instead of a lock: dlock
+holds --permits of them (1 by default) while COMMAND runs, so at most M
+permits' worth of commands run at once across every machine, waiting in
+arrival order. Everything else above holds for the permits as for a lock.
+
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
 
@@ -86,7 +94,8 @@ N interrupted the wait for the lock (or came before COMMAND started); 64
 usage; 69 Redis unreachable.`,
 		Example: `  dlock run nightly-report -- ./report.sh --date today
   dlock run --no-wait --ttl 10s deploy -- make deploy
-  dlock run --wait 30s --meta "job 42" import:orders -- python import.py`,
+  dlock run --wait 30s --meta "job 42" import:orders -- python import.py
+  dlock run --capacity 3 encoders -- ffmpeg -i in.mov out.mp4`,
 		Args: runArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd); err != nil {
@@ -116,6 +125,8 @@ usage; 69 Redis unreachable.`,
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock or --max-hold, how long COMMAND has between SIGTERM and SIGKILL")
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "stop COMMAND (as for a lost lock, status 79) and release the lock after this long, so a hung COMMAND cannot keep it forever; 0 for no limit")
 	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
+	fs.Int64Var(&f.capacity, "capacity", 0, "make KEY a semaphore of this many permits instead of a lock (every user of KEY must give the same)")
+	fs.Int64Var(&f.permits, "permits", 1, "with --capacity: how many of the semaphore's permits to hold")
 	return cmd
 }
 
@@ -147,6 +158,12 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 		return usagef("--grace %v: must not be negative", f.grace)
 	case f.maxHold < 0:
 		return usagef("--max-hold %v: must not be negative", f.maxHold)
+	case f.capacity < 0 || f.capacity > dlock.MaxPermits:
+		return usagef("--capacity %d: must be between 1 and %d", f.capacity, int64(dlock.MaxPermits))
+	case cmd.Flags().Changed("permits") && f.capacity == 0:
+		return usagef("--permits needs --capacity: KEY is a lock otherwise")
+	case f.capacity > 0 && (f.permits < 1 || f.permits > f.capacity):
+		return usagef("--permits %d: must be between 1 and --capacity %d", f.permits, f.capacity)
 	case f.maxHold > 0 && f.grace > math.MaxInt64-f.maxHold:
 		// The lock's max hold is their sum (acquire.go).
 		return usagef("--max-hold %v with --grace %v: too long", f.maxHold, f.grace)

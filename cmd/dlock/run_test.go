@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
@@ -80,6 +82,59 @@ func TestRunMutualExclusion(t *testing.T) {
 	}
 	if got, want := fileText(log), "start 1\nend 1\nstart 2\nend 2\n"; got != want {
 		t.Fatalf("log:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestRunSemaphore runs two `dlock run --capacity 2` commands at once,
+// both blocked on FIFOs: a third is refused with --no-wait, and with
+// --permits 2 waits for both to end.
+func TestRunSemaphore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	fifos := []string{filepath.Join(dir, "go1"), filepath.Join(dir, "go2")}
+	for _, f := range fifos {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `echo "start $1" >> "$LOG"; [ -z "$2" ] || read x < "$2"; echo "end $1" >> "$LOG"`
+	env := baseEnv("LOG=" + log)
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer rdb.Close()
+	runOne := func(name string, fifo string, flags ...string) *proc {
+		args := append([]string{"--redis", sharedURL(), "run", "--capacity", "2"}, flags...)
+		return start(t, env, append(args, "encoders", "--", "sh", "-c", script, "sh", name, fifo)...)
+	}
+	p1, p2 := runOne("1", fifos[0]), runOne("2", fifos[1])
+	waitUntil(t, 10*time.Second, "both commands to start", func() bool {
+		return strings.Contains(fileText(log), "start 1") && strings.Contains(fileText(log), "start 2")
+	})
+	r := dlockRun(t, nil, "--redis", sharedURL(), "run", "--capacity", "2", "--no-wait", "encoders", "--", "true").want(t, exitNotObtained)
+	if !strings.Contains(r.stderr, `semaphore "encoders" has not 1 of its 2 permits free; not waiting`) {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	both := runOne("both", "", "--permits", "2")
+	waitUntil(t, 10*time.Second, "the 2-permit dlock to queue", func() bool {
+		return rdb.ZCard(context.Background(), "dlock:{encoders}:semaphore:queue").Val() == 1
+	})
+	release(t, fifos[0])
+	if code := p1.wait(t); code != 0 {
+		t.Fatalf("exit status %d\n%s", code, p1.stderr.String())
+	}
+	// The first dlock has given its permit back: had that let the 2-permit
+	// one in, its release would have granted it, at once.
+	if n := rdb.HLen(context.Background(), "dlock:{encoders}:semaphore").Val(); n != 1 || strings.Contains(fileText(log), "start both") {
+		t.Fatalf("%d holders with one permit free; log:\n%s", n, fileText(log))
+	}
+	release(t, fifos[1])
+	for _, p := range []*proc{p2, both} {
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("exit status %d\n%s", code, p.stderr.String())
+		}
+	}
+	if got := fileText(log); !strings.HasSuffix(got, "end 2\nstart both\nend both\n") {
+		t.Fatalf("log:\n%s", got)
 	}
 }
 
