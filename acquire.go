@@ -119,7 +119,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 	if !time.Now().Before(h.deadline) {
 		// The reply came after the lease could be trusted: Redis may have
 		// given the lock to someone else already.
-		err = fmt.Errorf("dlock: lock %q: %w: the lease ran out before the grant's reply arrived", key, ErrLockLost)
+		err = fmt.Errorf("dlock: %s %q: %w: the lease ran out before the grant's reply arrived", kindOf(p), key, ErrLockLost)
 	} else {
 		err = c.dog.add(h)
 	}

@@ -110,7 +110,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
 			a.abandon(ctx)
-			return backend.Grant{}, redisError("lock", a.r.Key, err)
+			return backend.Grant{}, redisError(kindOf(a.r.Permits), a.r.Key, err)
 		}
 		// The queue entry was refreshed when the check ran, not when it
 		// answered: one that waited (WithReplicaAck's WAIT, with replicas
@@ -127,7 +127,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// when the queue entry runs out.
 			if delay, ok = retry.Delay(start, delay); !ok {
 				a.abandon(ctx)
-				return backend.Grant{}, redisError("lock", a.r.Key, err)
+				return backend.Grant{}, redisError(kindOf(a.r.Permits), a.r.Key, err)
 			}
 			goto wait
 		}
@@ -165,7 +165,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			continue
 		}
 		if !a.r.Wait {
-			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrNotObtained)
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w", kindOf(a.r.Permits), a.r.Key, ErrNotObtained)
 		}
 		notHeldAt = start
 		queuedUntil = start.Add(a.n.queueTTL - backend.Drift(a.n.queueTTL))
@@ -175,7 +175,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 
 		if delay, ok = retry.Delay(start, delay); !ok {
 			a.abandon(ctx)
-			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", a.r.Key, ErrNotObtained, retry.Attempts())
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w: gave up after %d checks", kindOf(a.r.Permits), a.r.Key, ErrNotObtained, retry.Attempts())
 		}
 		if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 			// The holder's lease runs out by then at the latest (0: within
@@ -223,10 +223,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		case <-timer.C:
 		case <-ctx.Done():
 			a.abandon(ctx)
-			return backend.Grant{}, fmt.Errorf("dlock: lock %q: waiting ended: %w", a.r.Key, ctx.Err())
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: waiting ended: %w", kindOf(a.r.Permits), a.r.Key, ctx.Err())
 		case <-a.n.closed:
 			a.abandon(ctx)
-			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, ErrClosed)
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w", kindOf(a.r.Permits), a.r.Key, ErrClosed)
 		}
 	}
 }

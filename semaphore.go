@@ -84,3 +84,12 @@ func checkPermits(p *backend.Permits, cfg *lockConfig) error {
 	}
 	return nil
 }
+
+// kindOf names what a request for p takes, in errors: "lock" (p is nil),
+// "semaphore" or "rwmutex".
+func kindOf(p *backend.Permits) string {
+	if p == nil {
+		return "lock"
+	}
+	return p.Kind
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,7 +132,7 @@ func TestSemaphoreServesWaitersInOrder(t *testing.T) {
 	waitSemQueued(t, rdb, other, 1)
 	// One permit is free, but the waiter for 3 came first: a small
 	// request does not overtake it.
-	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) {
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) || !strings.Contains(err.Error(), `semaphore "pool"`) {
 		t.Fatalf("TryAcquire(1) behind a queued waiter: %v", err)
 	}
 	small := acquireAsync(ctx, s, 1)
@@ -390,7 +391,7 @@ func TestRWMutex(t *testing.T) {
 	writer := inBackground(func() (*Lock, error) { return other.Lock(ctx) })
 	waitSemQueued(t, rdb, &other.s, 1)
 	// A writer waits: readers that come after it wait behind it.
-	if _, err := m.TryRLock(ctx); !errors.Is(err, ErrNotObtained) {
+	if _, err := m.TryRLock(ctx); !errors.Is(err, ErrNotObtained) || !strings.Contains(err.Error(), `rwmutex "doc"`) {
 		t.Fatalf("TryRLock with a writer waiting: %v", err)
 	}
 	reader := inBackground(func() (*Lock, error) { return m.RLock(ctx) })
