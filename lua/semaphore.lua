@@ -60,12 +60,15 @@ end
 -- order, while their permits fit in capacity next to used, and tells each
 -- one's Client. It stops at the first that does not fit (no waiter
 -- overtakes it: a large request is not starved by small ones), and at
--- self, which the calling script serves itself. It returns the head it
--- stopped at (nil: the queue is empty) and the permits then in use.
+-- self, which the calling script serves itself. used may be nil: the
+-- permits in use are then read once a waiter is found. It returns the
+-- head it stopped at (nil: the queue is empty) and the permits then in use
+-- (nil if never read).
 local function hand_over_permits(capacity, used, self, now_ms, now_us)
   while true do
     local head = live_head(now_ms)
     if not head or head == self then return head, used end
+    if not used then used = in_use(nil, now_ms) end
     local lease, meta, client = waiter(head, now_ms)
     local permits, rest = string.match(meta, '^(%d+) (.*)$')
     permits = tonumber(permits)

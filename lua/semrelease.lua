@@ -20,9 +20,9 @@ if entry then redis.call('HDEL', KEYS[1], token) end
 -- The release stands even if the queue cannot be left or served (other
 -- data at its names: Redis does not roll a failed script back).
 pcall(function()
-  dequeue(token)
-  local used = in_use(token, now_ms)
-  hand_over_permits(capacity, used, nil, now_ms, now_us)
+  -- A holder is not queued: its grant took it out of the queue.
+  if not entry then dequeue(token) end
+  hand_over_permits(capacity, nil, nil, now_ms, now_us)
 end)
 if h and h.expiry > now_ms then return 0 end
 return -1
