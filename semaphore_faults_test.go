@@ -217,10 +217,7 @@ func (f *semFaults) dropDeadLocked() {
 		}
 	}
 	for _, h := range done {
-		if _, ok := f.held[h]; ok {
-			delete(f.held, h)
-			f.sum -= h.n
-		}
+		f.removeLocked(h)
 	}
 }
 
@@ -253,6 +250,10 @@ func (f *semFaults) add(h *semHold) bool {
 func (f *semFaults) remove(h *semHold) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.removeLocked(h)
+}
+
+func (f *semFaults) removeLocked(h *semHold) {
 	if _, ok := f.held[h]; ok {
 		delete(f.held, h)
 		f.sum -= h.n

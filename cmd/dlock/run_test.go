@@ -51,14 +51,7 @@ func TestRunPassesExitStatusAndEnvironment(t *testing.T) {
 // queued, so their sections would interleave without the lock.
 func TestRunMutualExclusion(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	log := filepath.Join(dir, "log")
-	fifos := []string{filepath.Join(dir, "go1"), filepath.Join(dir, "go2")}
-	for _, f := range fifos {
-		if err := syscall.Mkfifo(f, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	log, fifos := logAndFifos(t, 2)
 	script := `echo "start $1" >> "$LOG"; read x < "$2"; echo "end $1" >> "$LOG"`
 	env := baseEnv("LOG=" + log)
 	runOne := func(n int) *proc {
@@ -90,14 +83,7 @@ func TestRunMutualExclusion(t *testing.T) {
 // --permits 2 waits for both to end.
 func TestRunSemaphore(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	log := filepath.Join(dir, "log")
-	fifos := []string{filepath.Join(dir, "go1"), filepath.Join(dir, "go2")}
-	for _, f := range fifos {
-		if err := syscall.Mkfifo(f, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	log, fifos := logAndFifos(t, 2)
 	script := `echo "start $1" >> "$LOG"; [ -z "$2" ] || read x < "$2"; echo "end $1" >> "$LOG"`
 	env := baseEnv("LOG=" + log)
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
@@ -136,6 +122,20 @@ func TestRunSemaphore(t *testing.T) {
 	if got := fileText(log); !strings.HasSuffix(got, "end 2\nstart both\nend both\n") {
 		t.Fatalf("log:\n%s", got)
 	}
+}
+
+// logAndFifos makes, in a new temporary folder, the path of a log file and
+// n FIFOs that the commands of a test block on until it releases them.
+func logAndFifos(t *testing.T, n int) (log string, fifos []string) {
+	dir := t.TempDir()
+	for i := range n {
+		f := filepath.Join(dir, "go"+strconv.Itoa(i+1))
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fifos = append(fifos, f)
+	}
+	return filepath.Join(dir, "log"), fifos
 }
 
 // release writes a line to a FIFO a command reads, once it has opened it.
