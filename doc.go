@@ -9,7 +9,8 @@
 //
 // Client.Semaphore and Client.RWMutex give counting semaphores and
 // readers-writer locks whose holders have the same leases, Context, fences
-// and queue as a lock's.
+// and queue as a lock's (a fence orders grants; with several holders live
+// at once, a smaller one is not a stale one: see docs/safety.md).
 //
 // A Client works on one Redis deployment (New: a server, a Sentinel
 // failover client or a Cluster client); package redlock makes a Client on

@@ -49,6 +49,9 @@ func redisError(op, key string, err error) error {
 	if backend.WrongType(err) {
 		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrWrongType, err)
 	}
+	if capacityMismatch(err) {
+		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrInvalidOption, err)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, key, err)
 }
 

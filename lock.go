@@ -69,7 +69,8 @@ func (l *Lock) Fence() uint64 { return l.h.fence }
 // Context returns a context that is cancelled when the lock is released or
 // lost; context.Cause returns ErrReleased or an error wrapping ErrLockLost.
 // Passing it (or a context derived from it) to Lock for the same key
-// re-enters the lock.
+// re-enters the lock; the Lock of a Semaphore's permits or of an RWMutex
+// is not reentrant.
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // Done returns a channel closed when the lock is released or lost.

@@ -2,7 +2,11 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
 )
@@ -22,12 +26,26 @@ const MaxPermits = 1 << 40
 // request is not starved by small ones (as with
 // golang.org/x/sync/semaphore).
 //
-// Every Client using a semaphore's name must give it the same capacity.
+// Permits are held like a lock: they are lost, and their Lock's Context
+// is cancelled with ErrLockLost, when a renewal finds them gone or their
+// lease runs out unrenewed (the other holders keep theirs); Close stops
+// renewing them and cancels their Contexts, and they come back when their
+// leases run out, or at an Unlock made after Close.
+//
+// Every Client using a semaphore's name must give it the same capacity:
+// while any permits are held, Acquire and TryAcquire with another capacity
+// fail with an error wrapping ErrInvalidOption (once nobody holds any, the
+// next grant's capacity is the semaphore's). They also fail so on Redlock
+// (package redlock), with WithReplicaAck or with WithAdaptiveTTL.
+//
 // Permits are not reentrant: a holder that acquires more while it holds
-// some waits like anyone else. Semaphores are not available on Redlock
-// (package redlock) or with WithReplicaAck, nor with WithAdaptiveTTL; the
-// local queue and degraded mode (WithLocalQueue, WithDegradedMode) apply
-// to locks only.
+// some waits like anyone else, and a Lock's Context does not re-enter
+// anything. The local queue and degraded mode (WithLocalQueue,
+// WithDegradedMode) apply to locks only: a Client's goroutines take
+// permits through Redis like any other holder, and an unreachable Redis
+// fails the acquisition, never grants degraded permits. Observer events
+// and logs name permits by the semaphore's name alone, as they would a
+// lock of that name.
 type Semaphore struct {
 	c        *Client
 	name     string
@@ -58,8 +76,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 }
 
 // TryAcquire makes one attempt and returns an error wrapping
-// ErrNotObtained if n permits are not free (or others are queued for
-// permits).
+// ErrNotObtained if n permits are not free, or if a queued waiter comes
+// first that the free permits do not serve: it never overtakes a waiter
+// (queued waiters that fit are granted first, by this attempt).
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Lock, error) {
 	return s.acquire(ctx, n, false, opts)
 }
@@ -92,4 +111,11 @@ func kindOf(p *backend.Permits) string {
 		return "lock"
 	}
 	return p.Kind
+}
+
+// capacityMismatch reports whether err is lua/semaphore.lua's refusal of a
+// capacity other than the live holders'.
+func capacityMismatch(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR dlock capacity mismatch")
 }

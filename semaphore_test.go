@@ -531,3 +531,68 @@ func TestSemaphoreCorruptFenceCounter(t *testing.T) {
 		_ = w.Unlock(ctx)
 	}
 }
+
+// With WithLocalQueue and LocalFallback, a Client's goroutines hold a
+// semaphore's permits together (no in-process lock), a lock of the same
+// name does not hold them back, and an unreachable Redis fails the
+// acquisition rather than degrading it.
+func TestSemaphoreBypassesLocalQueueAndDegradedMode(t *testing.T) {
+	c, _, _ := newTestClient(t, WithDegradedMode(LocalFallback))
+	ctx := context.Background()
+	lock := mustLock(t, c, "pool")
+	s := c.Semaphore("pool", 2)
+	a, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("a second permit of the same Client: %v", err)
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("a third permit of 2: %v", err)
+	}
+	for _, l := range []*Lock{a, b, lock} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	down := newClientOn(t, rdb, WithDegradedMode(LocalFallback))
+	if l, err := down.Semaphore("pool", 2).TryAcquire(ctx, 1); err == nil || (l != nil && l.Degraded()) {
+		t.Fatalf("semaphore with Redis down: %v, %v", l, err)
+	}
+}
+
+// Clients that give one semaphore different capacities: the second is
+// refused while the first's permits are held, rather than granting past
+// the first's capacity; once the semaphore is idle, a new capacity is
+// taken.
+func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
+	c, _, srv := newTestClient(t)
+	ctx := context.Background()
+	small := c.Semaphore("pool", 1)
+	big := newClientOn(t, srv.Client(t)).Semaphore("pool", 2)
+	l, err := small.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := big.TryAcquire(ctx, 1); !errors.Is(err, ErrInvalidOption) {
+		if m != nil {
+			t.Errorf("capacity 2 granted a permit with capacity 1's permit held: %d permits in a semaphore of 1", 2)
+		}
+		t.Fatalf("TryAcquire with another capacity: %v", err)
+	}
+	if m, err := big.Acquire(ctx, 1); !errors.Is(err, ErrInvalidOption) || m != nil {
+		t.Fatalf("Acquire with another capacity: %v, %v", m, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := big.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatalf("a new capacity once idle: %v", err)
+	}
+	_ = m.Unlock(ctx)
+}

@@ -16,7 +16,7 @@ local function reply(fence)
 end
 
 local now_ms, now_us = clock()
-local used, soonest, mine = in_use(token, now_ms)
+local used, soonest, mine = in_use(token, now_ms, capacity)
 if mine then return {2, reply(mine.fence), mine.expiry - now_ms} end
 -- Holders whose lease ran out may have made room for the waiters first
 -- in line: they go first.
@@ -24,14 +24,14 @@ local head
 head, used = hand_over_permits(capacity, used, token, now_ms, now_us)
 if (not head or head == token) and used + permits <= capacity then
   if head then dequeue(token) end
-  return {1, reply(grant_permits(token, permits, ARGV[2], ARGV[3], now_ms, now_us))}
+  return {1, reply(grant_permits(token, permits, capacity, ARGV[2], ARGV[3], now_ms, now_us))}
 end
 -- Waiters granted just now are left out: their leases are renewed once
 -- they learn of them, and a waiter checks again every third of its queue
 -- entry's TTL anyway.
 local pttl = soonest and soonest - now_ms or -1
 if ARGV[4] ~= '1' then return {0, pttl} end
-enqueue(token, ARGV[6], ARGV[7], permits .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+enqueue(token, ARGV[6], ARGV[7], ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
 -- A counter that is not a fence (written by hand, or of another type) is
 -- replaced, from the clock, by the next grant: the clock is then the
 -- floor of the fences, as for a lost counter. Failing here would end the

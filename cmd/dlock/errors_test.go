@@ -46,6 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"bad grace", nil, []string{"run", "--grace", "1y", "k", "--", "true"}, exitUsage, `invalid argument "1y" for "--grace" flag`},
 		{"permits without capacity", nil, []string{"run", "--permits", "2", "k", "--", "true"}, exitUsage, "--permits needs --capacity"},
 		{"negative capacity", nil, []string{"run", "--capacity", "-1", "k", "--", "true"}, exitUsage, "--capacity -1: must be between 1 and 1099511627776"},
+		{"capacity 0", nil, []string{"run", "--capacity", "0", "k", "--", "true"}, exitUsage, "--capacity 0: must be between 1 and 1099511627776"},
 		{"more permits than capacity", nil, []string{"run", "--capacity", "2", "--permits", "3", "k", "--", "true"}, exitUsage, "--permits 3: must be between 1 and --capacity 2"},
 		{"0 permits", nil, []string{"run", "--capacity", "2", "--permits", "0", "k", "--", "true"}, exitUsage, "--permits 0: must be between 1 and --capacity 2"},
 		{"missing --", nil, []string{"run", "k", "echo", "hi"}, exitUsage, "missing -- before the command"},

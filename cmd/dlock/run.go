@@ -83,7 +83,12 @@ stops dlock alone.)
 With --capacity M, KEY names a semaphore of M permits instead of a lock: dlock
 holds --permits of them (1 by default) while COMMAND runs, so at most M
 permits' worth of commands run at once across every machine, waiting in
-arrival order. Everything else above holds for the permits as for a lock.
+arrival order. Leases, signals, --max-hold and loss work for the permits as
+for a lock, but not fencing: several holders are live at once, so a resource
+must not reject a DLOCK_FENCE smaller than the largest it has seen (that
+would refuse holders whose permits are still good). inspect, list and
+release --force handle locks only, and a refusal (status 75) does not name
+the holders.
 
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
@@ -158,7 +163,8 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 		return usagef("--grace %v: must not be negative", f.grace)
 	case f.maxHold < 0:
 		return usagef("--max-hold %v: must not be negative", f.maxHold)
-	case f.capacity < 0 || f.capacity > dlock.MaxPermits:
+	case f.capacity < 0 || f.capacity > dlock.MaxPermits || f.capacity == 0 && cmd.Flags().Changed("capacity"):
+		// An explicit 0 is no semaphore: not a silent fallback to a lock.
 		return usagef("--capacity %d: must be between 1 and %d", f.capacity, int64(dlock.MaxPermits))
 	case cmd.Flags().Changed("permits") && f.capacity == 0:
 		return usagef("--permits needs --capacity: KEY is a lock otherwise")
