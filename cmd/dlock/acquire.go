@@ -84,7 +84,7 @@ func (a *app) acquire(ctx context.Context, c *conn, f runFlags, key string) (*dl
 	// held says why KEY could not be taken.
 	held := func() string {
 		if f.capacity > 0 {
-			return fmt.Sprintf("semaphore %q has not %d of its %d permits free", key, f.permits, f.capacity)
+			return fmt.Sprintf("semaphore %q cannot give %d of its %d permits now (held, or others wait first)", key, f.permits, f.capacity)
 		}
 		return fmt.Sprintf("lock %q is held%s", key, a.heldBy(c, key))
 	}

@@ -97,7 +97,7 @@ func TestRunSemaphore(t *testing.T) {
 		return strings.Contains(fileText(log), "start 1") && strings.Contains(fileText(log), "start 2")
 	})
 	r := dlockRun(t, nil, "--redis", sharedURL(), "run", "--capacity", "2", "--no-wait", "encoders", "--", "true").want(t, exitNotObtained)
-	if !strings.Contains(r.stderr, `semaphore "encoders" has not 1 of its 2 permits free; not waiting`) {
+	if !strings.Contains(r.stderr, `semaphore "encoders" cannot give 1 of its 2 permits now (held, or others wait first); not waiting`) {
 		t.Errorf("stderr: %q", r.stderr)
 	}
 	both := runOne("both", "", "--permits", "2")
