@@ -30,6 +30,7 @@ var (
 	permitsReleaseScript = loadScript("semrelease", "common", "semaphore")
 	permitsExtendScript  = loadScript("semextend", "common", "semaphore")
 	permitsTTLScript     = loadScript("semttl", "common", "semaphore")
+	availableScript      = loadScript("semavailable", "common", "semaphore")
 )
 
 // evalCall is a script sent as EVALSHA with arguments built by hand: its

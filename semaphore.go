@@ -83,6 +83,29 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 	return s.acquire(ctx, n, false, opts)
 }
 
+// Available returns how many of the semaphore's permits no holder holds
+// now; waiters may be queued for them, so an Acquire of that many may
+// still wait. It reads a single deployment: on a Client made by
+// redlock.New it returns an error wrapping errors.ErrUnsupported.
+func (s *Semaphore) Available(ctx context.Context) (int64, error) {
+	if s.c == nil {
+		return 0, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
+	}
+	p := &backend.Permits{Kind: s.kind, Count: 1, Capacity: s.capacity}
+	if err := checkPermits(p, &lockConfig{}); err != nil {
+		return 0, err
+	}
+	n, err := s.c.admin(s.name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := availableScript.Run(ctx, n.rdb, []string{n.keysOf(s.name, p).lock}, s.capacity).Int64()
+	if err != nil {
+		return 0, redisError(s.kind+" available", s.name, err)
+	}
+	return max(v, 0), nil
+}
+
 func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []LockOption) (*Lock, error) {
 	if s.c == nil {
 		return nil, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)

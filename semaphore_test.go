@@ -212,6 +212,47 @@ func TestSemaphorePermitsOfDeadHolderReturnAtLeaseEnd(t *testing.T) {
 	_ = kept.Unlock(ctx)
 }
 
+func TestSemaphoreAvailable(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	available := func() int64 {
+		t.Helper()
+		n, err := s.Available(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := available(); n != 3 {
+		t.Fatalf("Available of an unused semaphore: %d", n)
+	}
+	kept, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, 1, WithTTL(200*time.Millisecond), WithoutRenewal()); err != nil {
+		t.Fatal(err)
+	}
+	if n := available(); n != 0 {
+		t.Fatalf("Available with all 3 held: %d", n)
+	}
+	// The unrenewed permit counts no more once its lease has run out, even
+	// before any script drops it.
+	waitUntil(t, 5*time.Second, "the unrenewed permit to run out", func() bool { return available() == 1 })
+	if n := rdb.HLen(ctx, semKeys(s).lock).Val(); n != 2 {
+		t.Fatalf("Available wrote: %d holders, want the 2 entries still there", n)
+	}
+	_ = kept.Unlock(ctx)
+	if _, err := c.Semaphore("pool", 0).Available(ctx); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Available with capacity 0: %v", err)
+	}
+	rdb.Set(ctx, semKeys(s).lock, "other data", 0)
+	if _, err := s.Available(ctx); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("Available of a string: %v", err)
+	}
+}
+
 func TestSemaphoreRenewedAndLost(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

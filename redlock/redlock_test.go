@@ -713,6 +713,9 @@ func TestSemaphoresRefused(t *testing.T) {
 	if _, err := c.RWMutex("doc").TryRLock(ctx); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Fatalf("RWMutex on Redlock: %v", err)
 	}
+	if _, err := c.Semaphore("pool", 2).Available(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Available on Redlock: %v", err)
+	}
 	for _, rdb := range cl.rdbs {
 		if n := rdb.DBSize(ctx).Val(); n != 0 {
 			t.Fatalf("a refused semaphore wrote %d keys", n)
