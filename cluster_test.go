@@ -229,12 +229,6 @@ func testClusterHandOver(t *testing.T, cl *redistest.Cluster) {
 	}
 }
 
-// releaseAndWaitHandOver unlocks l and checks that the waiter whose Lock
-// result comes on got is handed the lock promptly, with a greater fence,
-// then unlocks the waiter's lock. The cluster tests make waiters re-check
-// only rarely, so the prompt hand-over proves that the release's wake-up
-// message reached the waiter on the lock's master. what names the case in
-// failure messages.
 // testClusterSemaphore takes and hands over permits of semaphores whose
 // names fall on every master: a semaphore's scripts touch its five names
 // together, so they must share a slot.
@@ -272,6 +266,12 @@ func testClusterSemaphore(t *testing.T, cl *redistest.Cluster) {
 	}
 }
 
+// releaseAndWaitHandOver unlocks l and checks that the waiter whose Lock
+// result comes on got is handed the lock promptly, with a greater fence,
+// then unlocks the waiter's lock. The cluster tests make waiters re-check
+// only rarely, so the prompt hand-over proves that the release's wake-up
+// message reached the waiter on the lock's master. what names the case in
+// failure messages.
 func releaseAndWaitHandOver(t *testing.T, l *Lock, got <-chan lockResult, what string) {
 	t.Helper()
 	l2 := handOverWithin(t, l, got, time.Second, 10*time.Second, what)

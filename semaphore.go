@@ -85,8 +85,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 
 // Available returns how many of the semaphore's permits no holder holds
 // now; waiters may be queued for them, so an Acquire of that many may
-// still wait. It reads a single deployment: on a Client made by
-// redlock.New it returns an error wrapping errors.ErrUnsupported.
+// still wait. While permits are held under another capacity it fails with
+// an error wrapping ErrInvalidOption, as Acquire does. It reads a single
+// deployment: on a Client made by redlock.New it returns an error wrapping
+// errors.ErrUnsupported.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	if s.c == nil {
 		return 0, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)

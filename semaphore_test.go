@@ -635,5 +635,70 @@ func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a new capacity once idle: %v", err)
 	}
+	// Available with another capacity than the holders' is refused too,
+	// rather than counting free permits against a capacity nobody enforces.
+	if n, err := small.Available(ctx); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Available with capacity 1 while capacity 2's permits are held: %d, %v", n, err)
+	}
 	_ = m.Unlock(ctx)
+	if n, err := small.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("Available once idle: %d, %v", n, err)
+	}
+}
+
+// The holders' key expires on its own (permits whose holders died leave
+// nothing behind), never before a live holder's lease: each holder's lease
+// is its own, so a shorter one, or one an Extend shortened, does not cut
+// the others'. A renewal only lengthens a holder's lease and an Extend
+// that comes late is not applied, as for a lock (extend.lua).
+func TestSemaphoreHoldersKeyOutlivesEveryHolder(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	k := semKeys(s)
+	pttl := func() time.Duration { t.Helper(); return rdb.PTTL(ctx, k.lock).Val() }
+	long, err := s.Acquire(ctx, 1, WithTTL(10*time.Second), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := s.Acquire(ctx, 1, WithTTL(2*time.Second), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(); d < 9*time.Second || d > 10*time.Second {
+		t.Fatalf("holders' key PTTL %v after grants of 10 s then 2 s, want the longer lease", d)
+	}
+	if err := short.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(); d < 19*time.Second {
+		t.Fatalf("holders' key PTTL %v, shorter than a live holder's lease of 20 s", d)
+	}
+	// A renewal asking for less, and an Extend sent before the one applied
+	// (number 1, that one), change nothing.
+	for _, arg := range []any{backend.Lengthen, 1} {
+		if v, err := permitsExtendScript.Run(ctx, rdb, []string{k.lock}, short.Token(), 1000, arg).Int64(); err != nil || v != 1 {
+			t.Fatalf("semextend %v: %v, %v", arg, v, err)
+		}
+		if ttl, err := short.TTL(ctx); err != nil || ttl < 19*time.Second {
+			t.Fatalf("lease after semextend(1 s, %v): %v, %v; want still about 20 s", arg, ttl, err)
+		}
+	}
+	_ = long.Unlock(ctx)
+	_ = short.Unlock(ctx)
+
+	// A holder that dies leaves no key behind once its lease has run out.
+	dead := c.Semaphore("dead", 2)
+	if _, err := dead.Acquire(ctx, 1, WithTTL(300*time.Millisecond), WithoutRenewal()); err != nil {
+		t.Fatal(err)
+	}
+	if d := rdb.PTTL(ctx, semKeys(dead).lock).Val(); d <= 0 || d > 300*time.Millisecond {
+		t.Fatalf("holders' key PTTL %v for a lease of 300 ms", d)
+	}
+	waitUntil(t, 5*time.Second, "the dead holder's key to expire", func() bool {
+		return rdb.Exists(ctx, semKeys(dead).lock).Val() == 0
+	})
 }

@@ -23,6 +23,15 @@ local function not_semaphore()
   error({err = 'WRONGTYPE the semaphore key holds a hash that is not a semaphore'})
 end
 
+-- same_capacity fails the script if live holder h was granted under
+-- another capacity than capacity (capacityMismatch in semaphore.go reads
+-- this error).
+local function same_capacity(h, capacity)
+  if h.capacity ~= capacity then
+    error({err = string.format('ERR dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', h.capacity, capacity)})
+  end
+end
+
 -- write stores token's entry, and keeps the holders key alive at least as
 -- long as it (never shortening it: the other holders may expire later).
 local function write(token, h, now_ms)
@@ -44,9 +53,7 @@ local function in_use(token, now_ms, capacity)
     if h.expiry <= now_ms then
       redis.call('HDEL', KEYS[1], fields[i])
     else
-      if h.capacity ~= capacity then
-        error({err = string.format('ERR dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', h.capacity, capacity)})
-      end
+      same_capacity(h, capacity)
       used = used + h.permits
       if not soonest or h.expiry < soonest then soonest = h.expiry end
       if fields[i] == token then mine = h end
