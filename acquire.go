@@ -98,7 +98,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 		c.ops.Done()
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
 	}
-	h := &hold{lease: g.Lease, fence: g.Fence, levels: 1, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
+	h := &hold{lease: g.Lease, fence: g.Fence, kind: kindOf(p), levels: 1, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
 	if x != nil {
 		x.leased = g.Start
 		if !g.Began.IsZero() {

@@ -71,7 +71,7 @@ func (l *Lock) Degraded() bool { return l.h.x != nil && l.h.x.degraded }
 func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.Request, cfg *lockConfig, cause error) (*Lock, error) {
 	x.degraded = true
 	x.count = 1
-	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, levels: 1, ttl: cfg.ttl, x: x.granted()}
+	h := &hold{lease: &backend.Lease{Key: req.Key, Token: req.Token}, kind: kindOf(nil), levels: 1, ttl: cfg.ttl, x: x.granted()}
 	// No lease: the watchdog never renews it; it declares it lost at the
 	// max hold (WithMaxHold), if any, and else only at Close.
 	h.deadline = time.Now().Add(100 * 365 * 24 * time.Hour)

@@ -95,7 +95,7 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 	}
 	x := &holdExtra{start: time.Now()}
 	if c.ext.obs != nil {
-		if octx := c.ext.obs.AcquireStart(ctx, AcquireStartEvent{Key: req.Key, Wait: req.Wait}); octx != nil {
+		if octx := c.ext.obs.AcquireStart(ctx, AcquireStartEvent{Key: req.Key, Kind: kindOf(req.Permits), Wait: req.Wait}); octx != nil {
 			ctx = octx
 		}
 	}
@@ -130,7 +130,7 @@ func (c *Client) prepare(ctx context.Context, req *backend.Request, cfg *lockCon
 // short, unless acquireEnd reported it already (the Observer's own panic).
 func (c *Client) acquirePanicked(ctx context.Context, x *holdExtra, req *backend.Request) {
 	if x != nil && !x.ended {
-		c.acquireEnd(ctx, x, req, nil, fmt.Errorf("dlock: lock %q: %w", req.Key, errAcquirePanicked))
+		c.acquireEnd(ctx, x, req, nil, fmt.Errorf("dlock: %s %q: %w", kindOf(req.Permits), req.Key, errAcquirePanicked))
 	}
 }
 
@@ -155,7 +155,7 @@ func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Requ
 		return
 	}
 	x.ended = true
-	e := AcquireEndEvent{Key: req.Key, Wait: req.Wait, WaitTime: time.Since(x.start), Err: err}
+	e := AcquireEndEvent{Key: req.Key, Kind: kindOf(req.Permits), Wait: req.Wait, WaitTime: time.Since(x.start), Err: err}
 	switch {
 	case err == nil && x.degraded:
 		e.Outcome = AcquireDegraded
@@ -205,7 +205,7 @@ func (c *Client) releaseStart(ctx context.Context, h *hold, level int) context.C
 	if h.x == nil || c.ext.obs == nil {
 		return ctx
 	}
-	if octx := c.ext.obs.ReleaseStart(ctx, ReleaseStartEvent{Key: h.lease.Key, Level: level}); octx != nil {
+	if octx := c.ext.obs.ReleaseStart(ctx, ReleaseStartEvent{Key: h.lease.Key, Kind: h.kind, Level: level}); octx != nil {
 		return octx
 	}
 	return ctx
@@ -257,7 +257,7 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 		return
 	}
 	held := x.held()
-	e := ReleaseEndEvent{Key: h.lease.Key, Level: level, Held: held, Degraded: x.degraded, Err: err}
+	e := ReleaseEndEvent{Key: h.lease.Key, Kind: h.kind, Level: level, Held: held, Degraded: x.degraded, Err: err}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
@@ -286,7 +286,7 @@ func (c *Client) renewed(due []*hold, outcomes []backend.Outcome) {
 			// answer says nothing.
 			continue
 		}
-		e := RenewEvent{Key: h.lease.Key}
+		e := RenewEvent{Key: h.lease.Key, Kind: h.kind}
 		switch outcomes[i] {
 		case backend.Held:
 			e.Outcome = RenewOK
@@ -304,7 +304,7 @@ func (c *Client) observeLost(h *hold, cause error) {
 	if c.ext.obs == nil {
 		return
 	}
-	e := LostEvent{Key: h.lease.Key, Held: h.x.held(), Cause: cause}
+	e := LostEvent{Key: h.lease.Key, Kind: h.kind, Held: h.x.held(), Cause: cause}
 	switch {
 	case errors.Is(cause, ErrClosed):
 		e.Reason = LostClosed

@@ -51,12 +51,14 @@ type Observer interface {
 // AcquireStartEvent describes an acquisition that starts.
 type AcquireStartEvent struct {
 	Key  string // the lock's name
+	Kind string // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Wait bool   // Lock (true) or TryLock (false)
 }
 
 // AcquireEndEvent describes how an acquisition ended.
 type AcquireEndEvent struct {
 	Key     string         // the lock's name
+	Kind    string         // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Wait    bool           // Lock (true) or TryLock (false)
 	Outcome AcquireOutcome // how it ended
 	// WaitTime is how long the call took, waiting included.
@@ -75,12 +77,14 @@ type ReenterEvent struct {
 // ReleaseStartEvent describes an Unlock that starts.
 type ReleaseStartEvent struct {
 	Key   string // the lock's name
+	Kind  string // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Level int    // the hold level given back: 1 is the outermost Lock
 }
 
 // ReleaseEndEvent describes how an Unlock ended.
 type ReleaseEndEvent struct {
 	Key     string         // the lock's name
+	Kind    string         // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Level   int            // the hold level given back: 1 is the outermost Lock
 	Outcome ReleaseOutcome // how it ended
 	// Held is how long the lock had been held, since the outermost Lock
@@ -93,12 +97,14 @@ type ReleaseEndEvent struct {
 // RenewEvent describes one lease renewal by the watchdog.
 type RenewEvent struct {
 	Key     string       // the lock's name
+	Kind    string       // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Outcome RenewOutcome // how it ended
 }
 
 // LostEvent describes a lock lost while held.
 type LostEvent struct {
 	Key    string        // the lock's name
+	Kind   string        // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Reason LostReason    // why it was lost
 	Held   time.Duration // how long it had been held
 	Cause  error         // the cause its Context was cancelled with
@@ -226,8 +232,8 @@ func (m multiObserver) AcquireStart(ctx context.Context, e AcquireStartEvent) co
 	started := 0
 	defer func() {
 		if started < len(m) {
-			m[:started].AcquireEnd(ctx, AcquireEndEvent{Key: e.Key, Wait: e.Wait, Outcome: AcquireError,
-				Err: fmt.Errorf("dlock: lock %q: %w", e.Key, errAcquirePanicked)})
+			m[:started].AcquireEnd(ctx, AcquireEndEvent{Key: e.Key, Kind: e.Kind, Wait: e.Wait, Outcome: AcquireError,
+				Err: fmt.Errorf("dlock: %s %q: %w", e.Kind, e.Key, errAcquirePanicked)})
 		}
 	}()
 	for _, o := range m {
@@ -264,7 +270,7 @@ func (m multiObserver) ReleaseStart(ctx context.Context, e ReleaseStartEvent) co
 	started := 0
 	defer func() {
 		if started < len(m) {
-			m[:started].ReleaseEnd(ctx, ReleaseEndEvent{Key: e.Key, Level: e.Level, Outcome: ReleaseError,
+			m[:started].ReleaseEnd(ctx, ReleaseEndEvent{Key: e.Key, Kind: e.Kind, Level: e.Level, Outcome: ReleaseError,
 				Err: fmt.Errorf("dlock: unlock %q: %w", e.Key, errReleasePanicked)})
 		}
 	}()

@@ -753,3 +753,64 @@ func TestUnlockFindingLossDuringRenewalReportsIt(t *testing.T) {
 		t.Errorf("Observer heard %d losses, want 1: Unlock said the lock was lost", n)
 	}
 }
+
+// TestObserverTellsPermitsFromLocks: a lock, a semaphore's permits and an
+// RWMutex of one name reach the Observer with the same Key and their own
+// Kind, from the grant to the loss.
+func TestObserverTellsPermitsFromLocks(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
+	ctx := context.Background()
+	lock := mustLock(t, c, "x", WithTTL(300*time.Millisecond))
+	perm, err := c.Semaphore("x", 2).Acquire(ctx, 1, WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.RWMutex("x").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A renewal of each, then the permits lost (their holder removed).
+	waitUntil(t, 5*time.Second, "a renewal of the lock and of the permits", func() bool {
+		return rec.count(func(r *recorder) int {
+			kinds := map[string]bool{}
+			for _, e := range r.renews {
+				kinds[e.Kind] = true
+			}
+			return len(kinds)
+		}) == 2
+	})
+	rdb.HDel(ctx, semKeys(c.Semaphore("x", 2)).lock, perm.Token())
+	<-perm.Done()
+	_ = lock.Unlock(ctx)
+	_ = w.Unlock(ctx)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var got []string
+	for _, e := range rec.starts {
+		got = append(got, "start "+e.Key+" "+e.Kind)
+	}
+	for _, e := range rec.acquires {
+		got = append(got, "end "+e.Key+" "+e.Kind)
+	}
+	for _, e := range rec.losts {
+		got = append(got, "lost "+e.Key+" "+e.Kind)
+	}
+	for _, e := range rec.rstarts {
+		got = append(got, "release "+e.Key+" "+e.Kind)
+	}
+	for _, e := range rec.releases {
+		got = append(got, "released "+e.Key+" "+e.Kind)
+	}
+	want := []string{
+		"start x lock", "start x semaphore", "start x rwmutex",
+		"end x lock", "end x semaphore", "end x rwmutex",
+		"lost x semaphore",
+		"release x lock", "release x rwmutex",
+		"released x lock", "released x rwmutex",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -44,8 +44,10 @@ const MaxPermits = 1 << 40
 // WithDegradedMode) apply to locks only: a Client's goroutines take
 // permits through Redis like any other holder, and an unreachable Redis
 // fails the acquisition, never grants degraded permits. Observer events
-// and logs name permits by the semaphore's name alone, as they would a
-// lock of that name.
+// carry the semaphore's name as Key and "semaphore" (or "rwmutex") as
+// Kind; the logs, and the Prometheus and OpenTelemetry observers, name
+// permits by the semaphore's name alone, as they would a lock of that
+// name.
 type Semaphore struct {
 	c        *Client
 	name     string

@@ -16,6 +16,7 @@ import (
 type hold struct {
 	lease *backend.Lease // what the backend knows the lock by
 	fence uint64
+	kind  string // "lock", or a semaphore's kind (kindOf): for the Observer
 
 	ctx    context.Context // cancelled with the reason when lost or released
 	cancel context.CancelCauseFunc
