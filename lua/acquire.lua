@@ -11,14 +11,6 @@
 -- stale).
 local token = ARGV[1]
 
--- reply gives a fence (a decimal string) as an integer, which costs the
--- client less to read, while a double holds it exactly; beyond, as is.
-local function reply(fence)
-  local n = tonumber(fence)
-  if n and n < 2^53 then return n end
-  return fence
-end
-
 -- pttl is the lock's, if the script has just set it (a hand-over).
 local function wait(fence, now_ms, now_us, pttl)
   if ARGV[4] == '1' then

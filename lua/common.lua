@@ -51,6 +51,14 @@ local function is_fence(s)
   return string.match(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s < '9223372036854775807'))
 end
 
+-- reply gives a fence (a decimal string) as an integer, which costs the
+-- client less to read, while a double holds it exactly; beyond, as is.
+local function reply(fence)
+  local n = tonumber(fence)
+  if n and n < 2^53 then return n end
+  return fence
+end
+
 -- next_fence issues a fresh fencing token, returned as a decimal string
 -- (exact beyond 2^53). handing is true for a hand-over, which has already
 -- popped the waiter (and, in a release, deleted the lock): it must not

@@ -8,13 +8,6 @@
 -- stale).
 local token, permits, capacity = ARGV[1], tonumber(ARGV[8]), tonumber(ARGV[9])
 
--- reply gives a fence as an integer while a double holds it exactly.
-local function reply(fence)
-  local n = tonumber(fence)
-  if n and n < 2^53 then return n end
-  return fence
-end
-
 local now_ms, now_us = clock()
 local used, soonest, mine = in_use(token, now_ms, capacity)
 if mine then return {2, reply(mine.fence), mine.expiry - now_ms} end
