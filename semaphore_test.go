@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // noPolling makes waiters check the queue every 20 s only: within a
@@ -22,6 +23,12 @@ var noPolling = WithQueueTTL(time.Minute)
 // semKeys returns the Redis names of s.
 func semKeys(s *Semaphore) *lockKeys {
 	return s.c.be.(*node).keysOf(s.name, &backend.Permits{Kind: s.kind, Capacity: s.capacity})
+}
+
+// holderCount counts the holder entries of s (testutil.SemaphoreHolders).
+func holderCount(t *testing.T, rdb redis.UniversalClient, s *Semaphore) int {
+	t.Helper()
+	return testutil.SemaphoreHolders(t, rdb, semKeys(s).lock)
 }
 
 // inBackground calls take in a goroutine; the result arrives on the
@@ -205,7 +212,7 @@ func TestSemaphorePermitsOfDeadHolderReturnAtLeaseEnd(t *testing.T) {
 	if kept.Context().Err() != nil {
 		t.Fatalf("the renewed holder lost its permit: %v", context.Cause(kept.Context()))
 	}
-	if n := rdb.HLen(ctx, semKeys(s).lock).Val(); n != 2 {
+	if n := holderCount(t, rdb, s); n != 2 {
 		t.Fatalf("%d holders, want 2", n)
 	}
 	_ = l.Unlock(ctx)
@@ -240,7 +247,7 @@ func TestSemaphoreAvailable(t *testing.T) {
 	// The unrenewed permit counts no more once its lease has run out, even
 	// before any script drops it.
 	waitUntil(t, 5*time.Second, "the unrenewed permit to run out", func() bool { return available() == 1 })
-	if n := rdb.HLen(ctx, semKeys(s).lock).Val(); n != 2 {
+	if n := holderCount(t, rdb, s); n != 2 {
 		t.Fatalf("Available wrote: %d holders, want the 2 entries still there", n)
 	}
 	_ = kept.Unlock(ctx)

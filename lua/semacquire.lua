@@ -3,26 +3,27 @@
 -- optionally join the queue. ARGV[1]..ARGV[7] are as in acquire.lua.
 -- Returns {1, fence} when taken now, {2, fence, pttl} when they had been
 -- handed over to this token, {0, pttl, last fence} when not free (pttl:
--- until the soonest holder's lease runs out, -1 if none holds any; a
+-- until the soonest holder's lease may run out, -1 if none holds any; a
 -- hand-over message to this token with a fence up to the last one is
 -- stale).
 local token, permits, capacity = ARGV[1], tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local now_ms, now_us = clock()
-local used, soonest, mine = in_use(token, now_ms, capacity)
-if mine then return {2, reply(mine.fence), mine.expiry - now_ms} end
+local s = open(token, redis.call('PTTL', KEYS[1]))
+settle(s, now_ms, capacity)
+local mine = s.mine
+if mine and mine.expiry > now_ms then return {2, reply(mine.fence), mine.expiry - now_ms} end
 -- Holders whose lease ran out may have made room for the waiters first
 -- in line: they go first.
-local head
-head, used = hand_over_permits(capacity, used, token, now_ms, now_us)
-if (not head or head == token) and used + permits <= capacity then
+local head = hand_over_permits(s, capacity, token, now_ms, now_us)
+if (not head or head == token) and s.used + permits <= capacity then
   if head then dequeue(token) end
-  return {1, reply(grant_permits(token, permits, capacity, ARGV[2], ARGV[3], now_ms, now_us))}
+  return {1, reply(grant_permits(s, token, permits, capacity, ARGV[2], ARGV[3], now_ms, now_us))}
 end
 -- Waiters granted just now are left out: their leases are renewed once
 -- they learn of them, and a waiter checks again every third of its queue
 -- entry's TTL anyway.
-local pttl = soonest and soonest - now_ms or -1
+local pttl = s.soonest and s.soonest - now_ms or -1
 if ARGV[4] ~= '1' then return {0, pttl} end
 enqueue(token, ARGV[6], ARGV[7], ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
 -- A counter that is not a fence (written by hand, or of another type) is

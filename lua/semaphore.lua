@@ -2,12 +2,16 @@
 -- semaphore uses the five keys of common.lua, except that KEYS[1] is:
 --   KEYS[1] holders hash: owner token -> "expiry_ms permits capacity fence ext meta"
 --           (expiry_ms in server time; capacity: the semaphore's, as the
---           holder's Client gave it; ext as in extend.lua)
+--           holder's Client gave it; ext as in extend.lua), plus the
+--           bookkeeping ':state' -> "used soonest capacity" (see open)
 -- A waiter's entry in KEYS[4] carries "permits capacity meta" as its meta.
 -- A call whose capacity is not that of the live holders fails (the
 -- Clients disagree): it would enforce a limit of its own.
 -- Every holder has its own expiry, so a holder that died gives its permits
 -- back when its lease runs out while the others keep theirs.
+
+-- STATE is the bookkeeping field; owner tokens are hex, so no holder's.
+local STATE = ':state'
 
 -- holder parses a holder entry; nil if it is not one (other data at the
 -- semaphore's name).
@@ -23,79 +27,148 @@ local function not_semaphore()
   error({err = 'WRONGTYPE the semaphore key holds a hash that is not a semaphore'})
 end
 
--- same_capacity fails the script if live holder h was granted under
--- another capacity than capacity (capacityMismatch in semaphore.go reads
--- this error).
-local function same_capacity(h, capacity)
-  if h.capacity ~= capacity then
-    error({err = string.format('ERR dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', h.capacity, capacity)})
+-- same_capacity fails the script if the live holders were granted under
+-- another capacity (held) than capacity (capacityMismatch in semaphore.go
+-- reads this error).
+local function same_capacity(held, capacity)
+  if held ~= capacity then
+    error({err = string.format('ERR dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', held, capacity)})
   end
 end
 
--- write stores token's entry, and keeps the holders key alive at least as
--- long as it (never shortening it: the other holders may expire later).
-local function write(token, h, now_ms)
-  redis.call('HSET', KEYS[1], token, string.format('%.0f %d %.0f %s %s %s', h.expiry, h.permits, h.capacity, h.fence, h.ext, h.meta))
-  local left = h.expiry - now_ms
-  if redis.call('PTTL', KEYS[1]) < left then redis.call('PEXPIRE', KEYS[1], left) end
+-- open reads the semaphore's bookkeeping, and token's entry as s.mine if
+-- token is given. pttl is the holders key's PTTL if the caller read it
+-- (-2: there is no key, so nothing to read).
+-- The bookkeeping keeps the calls from reading every holder: used is the
+-- permits of all the entries, and soonest a time at or before the
+-- earliest of their expiries. So while the server time is before soonest
+-- no entry has expired and used is what the live holders hold; from
+-- soonest on, settle reads them all. Renewals only lengthen leases, so
+-- soonest stays at or before the earliest without being rewritten, and a
+-- scan is due about once per lease, not once per call. s.counted is false
+-- when the key has entries but no bookkeeping (written by an older
+-- version, or another program): settle then reads them all.
+local function open(token, pttl)
+  local s = {used = 0, counted = true, pttl = pttl}
+  if pttl == -2 then return s end
+  local got = redis.call('HMGET', KEYS[1], STATE, token or STATE)
+  local used, soonest, capacity = string.match(got[1] or '', '^(%d+) (%d+) (%d+)$')
+  if used then
+    s.used, s.soonest, s.capacity = tonumber(used), tonumber(soonest), tonumber(capacity)
+  else
+    s.counted = false
+  end
+  if token and got[2] then s.mine = holder(got[2]) or not_semaphore() end
+  return s
 end
 
--- in_use drops the holders whose lease ran out and returns the permits the
--- others hold, the soonest expiry among them (nil if none) and token's
--- own entry, if it holds permits. It fails if a live holder was granted
--- under another capacity than capacity.
-local function in_use(token, now_ms, capacity)
+-- state_of is the bookkeeping field's value for s.
+local function state_of(s)
+  return string.format('%.0f %.0f %.0f', s.used, s.soonest, s.capacity)
+end
+
+-- settle makes s exact at now_ms, and fails if the live holders were
+-- granted under another capacity than capacity. Before s.soonest nothing
+-- has expired; from then on it reads every entry, drops those whose lease
+-- ran out (unless read_only) and counts the others.
+local function settle(s, now_ms, capacity, read_only)
+  if s.counted and (not s.soonest or now_ms < s.soonest) then
+    if s.soonest then same_capacity(s.capacity, capacity) end
+    return
+  end
   local fields = redis.call('HGETALL', KEYS[1])
-  local used, soonest, mine = 0, nil, nil
+  local used, soonest = 0, nil
   for i = 1, #fields, 2 do
-    local h = holder(fields[i + 1])
-    if not h then not_semaphore() end
-    if h.expiry <= now_ms then
-      redis.call('HDEL', KEYS[1], fields[i])
-    else
-      same_capacity(h, capacity)
-      used = used + h.permits
-      if not soonest or h.expiry < soonest then soonest = h.expiry end
-      if fields[i] == token then mine = h end
+    if fields[i] ~= STATE then
+      local h = holder(fields[i + 1]) or not_semaphore()
+      if h.expiry > now_ms then
+        same_capacity(h.capacity, capacity)
+        used = used + h.permits
+        soonest = math.min(soonest or h.expiry, h.expiry)
+      elseif not read_only then
+        redis.call('HDEL', KEYS[1], fields[i])
+      end
     end
   end
-  return used, soonest, mine
+  s.used, s.soonest, s.capacity, s.counted = used, soonest, capacity, true
+  if read_only then return end
+  if soonest then
+    redis.call('HSET', KEYS[1], STATE, state_of(s))
+  else
+    -- The last field, if any: the key is gone.
+    if #fields > 0 then redis.call('HDEL', KEYS[1], STATE) end
+    s.pttl = -2
+  end
+end
+
+-- write stores token's entry h (and the bookkeeping, if counted), and
+-- keeps the holders key alive at least as long as it (never shortening
+-- it: the other holders may expire later).
+local function write(s, token, h, now_ms, counted)
+  local entry = string.format('%.0f %d %.0f %s %s %s', h.expiry, h.permits, h.capacity, h.fence, h.ext, h.meta)
+  if counted then
+    redis.call('HSET', KEYS[1], token, entry, STATE, state_of(s))
+  else
+    redis.call('HSET', KEYS[1], token, entry)
+  end
+  local left = h.expiry - now_ms
+  if not s.pttl then s.pttl = redis.call('PTTL', KEYS[1]) end
+  if s.pttl < left then
+    redis.call('PEXPIRE', KEYS[1], left)
+    s.pttl = left
+  end
+end
+
+-- drop removes token's entry h, a holder's, and counts its permits back.
+local function drop(s, token, h)
+  if not s.counted then
+    redis.call('HDEL', KEYS[1], token)
+    return
+  end
+  s.used = s.used - h.permits
+  if s.used > 0 then
+    redis.call('HDEL', KEYS[1], token)
+    redis.call('HSET', KEYS[1], STATE, state_of(s))
+  else
+    redis.call('HDEL', KEYS[1], token, STATE)
+    s.soonest, s.pttl = nil, nil
+  end
 end
 
 -- grant_permits gives token permits for lease ms with a fresh fence,
--- returned as a decimal string.
-local function grant_permits(token, permits, capacity, lease, meta, now_ms, now_us, handing)
+-- returned as a decimal string. s must be settled.
+local function grant_permits(s, token, permits, capacity, lease, meta, now_ms, now_us, handing)
   local fence = next_fence(now_us, handing)
-  write(token, {expiry = now_ms + tonumber(lease), permits = permits, capacity = capacity, fence = fence, ext = '0', meta = meta}, now_ms)
+  local h = {expiry = now_ms + tonumber(lease), permits = permits, capacity = capacity, fence = fence, ext = '0', meta = meta}
+  s.used, s.capacity = s.used + permits, capacity
+  s.soonest = math.min(s.soonest or h.expiry, h.expiry)
+  write(s, token, h, now_ms, true)
   return fence
 end
 
 -- hand_over_permits grants the live waiters at the head of the queue, in
--- order, while their permits fit in capacity next to used, and tells each
--- one's Client. It stops at the first that does not fit (no waiter
--- overtakes it: a large request is not starved by small ones), and at
--- self, which the calling script serves itself, and at a waiter whose
--- Client gave another capacity (its own check serves it, or fails while
--- holders of this capacity are live). used may be nil: the permits in use
--- are then read once a waiter is found. It returns the head it stopped at
--- (nil: the queue is empty) and the permits then in use (nil if never
--- read).
-local function hand_over_permits(capacity, used, self, now_ms, now_us)
+-- order, while their permits fit in capacity next to those in use, and
+-- tells each one's Client. It stops at the first that does not fit (no
+-- waiter overtakes it: a large request is not starved by small ones),
+-- and at self, which the calling script serves itself, and at a waiter
+-- whose Client gave another capacity (its own check serves it, or fails
+-- while holders of this capacity are live). s is settled once a waiter is
+-- found. It returns the head it stopped at (nil: the queue is empty).
+local function hand_over_permits(s, capacity, self, now_ms, now_us)
   while true do
     local head = live_head(now_ms)
-    if not head or head == self then return head, used end
-    if not used then used = in_use(nil, now_ms, capacity) end
+    if not head or head == self then return head end
+    settle(s, now_ms, capacity)
     local lease, meta, client = waiter(head, now_ms)
     local permits, cap, rest = string.match(meta, '^(%d+) (%d+) (.*)$')
     permits = tonumber(permits)
     if not permits or permits < 1 then
       dequeue(head) -- a corrupt entry: it holds no place
-    elseif used + permits > capacity or tonumber(cap) ~= capacity then
-      return head, used
+    elseif s.used + permits > capacity or tonumber(cap) ~= capacity then
+      return head
     else
       dequeue(head)
-      notify(head, grant_permits(head, permits, capacity, lease, rest, now_ms, now_us, true), client)
-      used = used + permits
+      notify(head, grant_permits(s, head, permits, capacity, lease, rest, now_ms, now_us, true), client)
     end
   end
 end

@@ -4,16 +4,17 @@
 -- Extend was.
 -- Returns 1 when held (and extended), 0 when the token holds no permits.
 local now_ms = clock()
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return 0 end
-local h = holder(entry)
-if not h then not_semaphore() end
-if h.expiry <= now_ms then return 0 end
+local s = open(ARGV[1])
+local h = s.mine
+if not h or h.expiry <= now_ms then return 0 end
 local expiry = now_ms + tonumber(ARGV[2])
 if ARGV[3] == 'renew' then
   h.expiry = math.max(h.expiry, expiry)
 elseif tonumber(h.ext) < tonumber(ARGV[3]) then
   h.expiry, h.ext = expiry, ARGV[3]
 end
-write(ARGV[1], h, now_ms)
+-- An Extend may shorten the lease: soonest must stay at or before it.
+local earlier = s.counted and s.soonest and h.expiry < s.soonest
+if earlier then s.soonest = h.expiry end
+write(s, ARGV[1], h, now_ms, earlier)
 return 1

@@ -9,20 +9,19 @@
 -- once that value is gone.
 local token, capacity = ARGV[1], tonumber(ARGV[2])
 local now_ms, now_us = clock()
-local entry = redis.pcall('HGET', KEYS[1], token)
-if type(entry) == 'table' then
+local ok, s = pcall(open, token)
+if not ok then
   pcall(dequeue, token)
-  return entry
+  return s
 end
-local h = entry and holder(entry)
-if entry and not h then not_semaphore() end
-if entry then redis.call('HDEL', KEYS[1], token) end
+local h = s.mine
+if h then drop(s, token, h) end
 -- The release stands even if the queue cannot be left or served (other
 -- data at its names: Redis does not roll a failed script back).
 pcall(function()
   -- A holder is not queued: its grant took it out of the queue.
-  if not entry then dequeue(token) end
-  hand_over_permits(capacity, nil, nil, now_ms, now_us)
+  if not h then dequeue(token) end
+  hand_over_permits(s, capacity, nil, now_ms, now_us)
 end)
 if h and h.expiry > now_ms then return 0 end
 return -1

@@ -110,7 +110,7 @@ func TestRunSemaphore(t *testing.T) {
 	}
 	// The first dlock has given its permit back: had that let the 2-permit
 	// one in, its release would have granted it, at once.
-	if n := rdb.HLen(context.Background(), "dlock:{encoders}:semaphore").Val(); n != 1 || strings.Contains(fileText(log), "start both") {
+	if n := testutil.SemaphoreHolders(t, rdb, "dlock:{encoders}:semaphore"); n != 1 || strings.Contains(fileText(log), "start both") {
 		t.Fatalf("%d holders with one permit free; log:\n%s", n, fileText(log))
 	}
 	release(t, fifos[1])

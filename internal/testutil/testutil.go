@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -169,4 +170,22 @@ func (g goroutineTB) Fatalf(format string, args ...any) {
 func (g goroutineTB) FailNow() {
 	g.TB.Fail()
 	runtime.Goexit()
+}
+
+// SemaphoreHolders counts the holder entries in the semaphore's holders
+// hash at key, live or not yet dropped, leaving out its bookkeeping (the
+// fields named ":...").
+func SemaphoreHolders(t testing.TB, rdb redis.UniversalClient, key string) int {
+	t.Helper()
+	fields, err := rdb.HKeys(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fields {
+		if !strings.HasPrefix(f, ":") {
+			n++
+		}
+	}
+	return n
 }
