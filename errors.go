@@ -49,8 +49,8 @@ func redisError(op, key string, err error) error {
 	if backend.WrongType(err) {
 		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrWrongType, err)
 	}
-	if capacityMismatch(err) {
-		return fmt.Errorf("dlock: %s %q: %w: %w", op, key, ErrInvalidOption, err)
+	if msg, ok := capacityMismatch(err); ok {
+		return fmt.Errorf("dlock: %s %q: %w: %s", op, key, ErrInvalidOption, msg)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, key, err)
 }

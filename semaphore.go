@@ -140,9 +140,15 @@ func kindOf(p *backend.Permits) string {
 	return p.Kind
 }
 
-// capacityMismatch reports whether err is lua/semaphore.lua's refusal of a
-// capacity other than the live holders'.
-func capacityMismatch(err error) bool {
+// capacityMismatch returns what lua/semaphore.lua said, if err is its
+// refusal of a capacity other than the live holders': its message without
+// the script's place, which Redis appends.
+func capacityMismatch(err error) (msg string, ok bool) {
 	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR dlock capacity mismatch")
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	msg, ok = strings.CutPrefix(re.Error(), "ERR dlock capacity mismatch: ")
+	msg, _, _ = strings.Cut(msg, " script: ")
+	return msg, ok
 }

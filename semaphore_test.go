@@ -634,6 +634,8 @@ func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
 	}
 	if m, err := big.Acquire(ctx, 1); !errors.Is(err, ErrInvalidOption) || m != nil {
 		t.Fatalf("Acquire with another capacity: %v, %v", m, err)
+	} else if want := `: the semaphore is held with capacity 1, not 2`; !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("Acquire with another capacity: %q, want it to end %q", err, want)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
