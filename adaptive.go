@@ -93,7 +93,7 @@ func (c *Client) sizeLease(ctx context.Context, req *backend.Request, cfg *lockC
 	if err != nil {
 		// The acquisition will most likely fail too; if not, the fixed
 		// lease will do.
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: reading hold times failed", slog.String("key", req.Key), slog.Any("error", err))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: reading hold times failed", slog.String("key", req.Key), slog.String("kind", kindOf(req.Permits)), slog.Any("error", err))
 		return true
 	}
 	if s.Samples > 0 {

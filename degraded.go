@@ -99,7 +99,7 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 		return nil, err
 	}
 	c.log.Warn("dlock: Redis unreachable: lock held in this process only (degraded mode, other processes are not excluded)",
-		"key", req.Key, "error", cause)
+		"key", req.Key, "kind", h.kind, "error", cause)
 	return c.handOut(ctx, actx, x, req, h), nil
 }
 

@@ -70,7 +70,8 @@ func TestDegradedModeWhenRedisIsDown(t *testing.T) {
 	if !l.Degraded() || l.Fence() != 0 || l.Context().Err() != nil {
 		t.Fatalf("degraded lock: Degraded %v, Fence %d, Context %v", l.Degraded(), l.Fence(), l.Context().Err())
 	}
-	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "degraded") {
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "degraded") ||
+		!strings.Contains(out, "key=job kind=lock") {
 		t.Errorf("no warning logged for the degraded lock:\n%s", out)
 	}
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrDegraded) {

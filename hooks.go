@@ -173,10 +173,10 @@ func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Requ
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		if err != nil {
-			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquire failed", slog.String("key", req.Key),
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquire failed", slog.String("key", req.Key), slog.String("kind", e.Kind),
 				slog.String("outcome", e.Outcome.String()), slog.Duration("wait", e.WaitTime), slog.Any("error", err))
 		} else {
-			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquired", slog.String("key", req.Key),
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: acquired", slog.String("key", req.Key), slog.String("kind", e.Kind),
 				slog.Uint64("fence", e.Fence), slog.Duration("wait", e.WaitTime), slog.Bool("degraded", x.degraded))
 		}
 	}
@@ -195,7 +195,7 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 		c.ext.obs.Reenter(ctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.Int("level", e.Level), slog.Any("error", err))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.String("kind", h.kind), slog.Int("level", e.Level), slog.Any("error", err))
 	}
 }
 
@@ -269,7 +269,7 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 		c.ext.obs.ReleaseEnd(rctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.Int("level", level),
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("level", level),
 			slog.Duration("held", held), slog.String("outcome", e.Outcome.String()), slog.Any("error", err))
 	}
 }

@@ -120,7 +120,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// Queued, and the master out of reach for now (a failover): the
 			// place is kept while the queue entry lives, on the new master
 			// too. Check again then, or when the subscription is back.
-			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "error", err)
+			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
 			delay = min(delay, max(time.Until(queuedUntil), 0))
 			// WithRetry bounds the wait through failed checks too: once
 			// the strategy gives up, the check's error is the answer, as
@@ -186,7 +186,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		if wt == nil {
 			if wt, err = a.n.wake.subscribe(ctx, a.keys.channel+":"+a.n.id, a.r.Token, start); err != nil {
 				wt = nil // wait by the timer alone
-				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "error", err)
+				a.n.log.Debug("dlock: subscribe failed", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
 			}
 		}
 		// A hand-over the subscription may have missed (sent before it
@@ -266,7 +266,7 @@ func (a *attempt) abandon(ctx context.Context) {
 		err = a.keys.scripts().release.script.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, a.keys.releaseArg(1)).Err()
 	}
 	if err != nil {
-		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "error", err)
+		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
 	}
 }
 

@@ -50,7 +50,8 @@ func (n *node) ReleaseRecording(ctx context.Context, l *backend.Lease, level int
 	}
 	stats := statsKey(leaseKeys(l))
 	if rerr := holdStatsScript.Run(ctx, n.rdb, []string{stats}, max(held.Microseconds(), 0), backend.Millis(statsTTL)).Err(); rerr != nil {
-		n.log.Debug("dlock: recording the hold time failed", "key", l.Key, "error", rerr)
+		// Only locks take WithAdaptiveTTL: the kind is "lock".
+		n.log.Debug("dlock: recording the hold time failed", "key", l.Key, "kind", kindOf(nil), "error", rerr)
 	}
 	return left, nil
 }

@@ -378,13 +378,45 @@ func TestLogLevels(t *testing.T) {
 	_ = l.Unlock(ctx)
 	short := mustLock(t, c, "logged", WithTTL(30*time.Millisecond), WithoutRenewal())
 	<-short.Done()
-	waitUntil(t, 5*time.Second, "the loss to be logged", func() bool { return strings.Contains(buf.String(), "lock lost") })
+	waitUntil(t, 5*time.Second, "the loss to be logged", func() bool {
+		return strings.Contains(buf.String(), `msg="dlock: lock lost" key=logged kind=lock`)
+	})
+	// Permits of the same name: their records say so (kind), or they would
+	// read as the lock's.
+	sem := c.Semaphore("logged", 1)
+	p, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryAcquire of a full semaphore = %v, want ErrNotObtained", err)
+	}
+	_ = p.Unlock(ctx)
+	w, err := c.RWMutex("logged").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Unlock(ctx)
+	shortP, err := sem.Acquire(ctx, 1, WithTTL(30*time.Millisecond), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-shortP.Done()
+	waitUntil(t, 5*time.Second, "the permits' loss to be logged", func() bool {
+		return strings.Contains(buf.String(), `msg="dlock: lock lost" key=logged kind=semaphore`)
+	})
 	out := buf.String()
 	for _, want := range []string{
-		`level=DEBUG msg="dlock: acquired" key=logged`,
-		`level=DEBUG msg="dlock: re-entered" key=logged level=2`,
-		`level=DEBUG msg="dlock: released" key=logged level=1`,
-		`level=WARN msg="dlock: lock lost" key=logged`,
+		`level=DEBUG msg="dlock: acquired" key=logged kind=lock`,
+		`level=DEBUG msg="dlock: re-entered" key=logged kind=lock level=2`,
+		`level=DEBUG msg="dlock: released" key=logged kind=lock level=1`,
+		`level=WARN msg="dlock: lock lost" key=logged kind=lock`,
+		`level=DEBUG msg="dlock: acquired" key=logged kind=semaphore`,
+		`level=DEBUG msg="dlock: acquire failed" key=logged kind=semaphore outcome=not_obtained`,
+		`level=DEBUG msg="dlock: released" key=logged kind=semaphore level=1`,
+		`level=WARN msg="dlock: lock lost" key=logged kind=semaphore`,
+		`level=DEBUG msg="dlock: acquired" key=logged kind=rwmutex`,
+		`level=DEBUG msg="dlock: released" key=logged kind=rwmutex level=1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)

@@ -51,7 +51,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithLogger sends the Client's log records (lost locks and failed renewals
-// are warnings) to l. By default the Client logs nothing.
+// are warnings) to l; a record naming a key has its kind too ("lock",
+// "semaphore" or "rwmutex"). By default the Client logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *clientConfig) { c.logger = l }
 }

@@ -508,8 +508,9 @@ func (a *acker) short(got ack, op, key, token string) bool {
 	if got.ok {
 		return false
 	}
+	// Only locks take WithReplicaAck: the kind is "lock".
 	a.log.Warn("dlock: lock write not acknowledged by enough replicas",
-		"op", op, "key", key, "acked", got.acked, "wanted", a.replicas, "policy", a.policy.String(), "error", got.err)
+		"op", op, "key", key, "kind", kindOf(nil), "acked", got.acked, "wanted", a.replicas, "policy", a.policy.String(), "error", got.err)
 	if a.report != nil {
 		a.report(ReplicaReport{Op: op, Key: key, Token: token, Acked: got.acked, Wanted: a.replicas, Policy: a.policy, Err: got.err})
 	}

@@ -45,9 +45,9 @@ const MaxPermits = 1 << 40
 // permits through Redis like any other holder, and an unreachable Redis
 // fails the acquisition, never grants degraded permits. Observer events
 // carry the semaphore's name as Key and "semaphore" (or "rwmutex") as
-// Kind; the logs, and the Prometheus and OpenTelemetry observers, name
-// permits by the semaphore's name alone, as they would a lock of that
-// name.
+// Kind; the logs (attribute kind), and the Prometheus and OpenTelemetry
+// observers (label kind, attribute dlock.kind), carry the kind too, so
+// permits and a lock of one name stay apart.
 type Semaphore struct {
 	c        *Client
 	name     string

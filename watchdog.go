@@ -356,7 +356,7 @@ func (w *watchdog) lose(h *hold, cause error) {
 // end ends h as lost with cause, without telling the Observer.
 func (w *watchdog) end(h *hold, cause error) {
 	h.cancel(cause)
-	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "fence", h.fence, "cause", cause)
+	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "kind", h.kind, "fence", h.fence, "cause", cause)
 }
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
@@ -536,7 +536,7 @@ func (w *watchdog) renew(due []*hold) {
 			// is shorter than ttl); the deadline decides when it is lost.
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
-			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key)
+			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind)
 		}
 	}
 	w.mu.Unlock()

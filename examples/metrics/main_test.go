@@ -22,10 +22,10 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`dlock_acquisitions_total{group="order",mode="lock",outcome="acquired"}`,
-		`dlock_acquisitions_total{group="report",mode="lock",outcome="acquired"}`,
-		`dlock_hold_seconds_count{group="order"}`,
-		`dlock_acquire_wait_seconds_sum{group="order"`,
+		`dlock_acquisitions_total{group="order",kind="lock",mode="lock",outcome="acquired"}`,
+		`dlock_acquisitions_total{group="report",kind="lock",mode="lock",outcome="acquired"}`,
+		`dlock_hold_seconds_count{group="order",kind="lock"}`,
+		`dlock_acquire_wait_seconds_sum{group="order",kind="lock"`,
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %s:\n%s", want, out.String())

@@ -13,8 +13,11 @@
 // so that their number stays bounded: by default a key's group is its text
 // before the first ':' ("order:42" is in group "order"; a key without ':'
 // is in group "default"), and past 100 distinct groups the others count as
-// "other" (WithKeyGroup, WithMaxGroups). Spans carry the key itself
-// (dlock.key) unless WithoutKeyInSpans.
+// "other" (WithKeyGroup, WithMaxGroups). Metrics and spans carry what the
+// key names too (dlock.kind: "lock", "semaphore" or "rwmutex", the permits
+// of Client.Semaphore and Client.RWMutex), so that a lock and a semaphore
+// of one name make separate points; re-entries are of locks only. Spans
+// carry the key itself (dlock.key) unless WithoutKeyInSpans.
 //
 // Instruments (meter "github.com/dlock-go/dlock/metrics/otel"):
 //
@@ -56,6 +59,7 @@ const ScopeName = "github.com/dlock-go/dlock/metrics/otel"
 const (
 	KeyGroup = attribute.Key("dlock.key.group")
 	Key      = attribute.Key("dlock.key") // spans only
+	Kind     = attribute.Key("dlock.kind")
 	Mode     = attribute.Key("dlock.mode")
 	Outcome  = attribute.Key("dlock.outcome")
 	Reason   = attribute.Key("dlock.reason")
@@ -178,20 +182,21 @@ func New(opts ...Option) (*Observer, error) {
 
 // AcquireStart counts an attempt and starts the "dlock.acquire" span.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
-	g := o.groups.Group(e.Key)
-	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)))
+	g, k := o.keyAttrs(e.Key, e.Kind)
+	attrs := metric.WithAttributes(g, k, Mode.String(labels.Mode(e.Wait)))
 	o.attempts.Add(ctx, 1, attrs)
-	o.pending.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g)))
+	o.pending.Add(ctx, 1, metric.WithAttributes(g, k))
 	ctx, span := o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.spanAttrs(e.Key, g, Mode.String(labels.Mode(e.Wait)))...))
+		trace.WithAttributes(o.spanAttrs(e.Key, g, k, Mode.String(labels.Mode(e.Wait)))...))
 	return context.WithValue(ctx, spanKey{o}, span)
 }
 
 // AcquireEnd records the outcome and the wait, and ends the span.
 func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
-	g, out := o.groups.Group(e.Key), e.Outcome.String()
-	o.pending.Add(ctx, -1, metric.WithAttributes(KeyGroup.String(g)))
-	attrs := metric.WithAttributes(KeyGroup.String(g), Mode.String(labels.Mode(e.Wait)), Outcome.String(out))
+	g, k := o.keyAttrs(e.Key, e.Kind)
+	out := e.Outcome.String()
+	o.pending.Add(ctx, -1, metric.WithAttributes(g, k))
+	attrs := metric.WithAttributes(g, k, Mode.String(labels.Mode(e.Wait)), Outcome.String(out))
 	o.acquisitions.Add(ctx, 1, attrs)
 	o.wait.Record(ctx, e.WaitTime.Seconds(), attrs)
 	span := o.span(ctx)
@@ -207,25 +212,28 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 
 // Reenter counts a re-entry and adds an event to the current span.
 func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
+	g, k := o.keyAttrs(e.Key, labels.KindLock)
 	out := labels.ReenterOutcome(e.Err)
-	o.reentries.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Outcome.String(out)))
+	o.reentries.Add(ctx, 1, metric.WithAttributes(g, k, Outcome.String(out)))
 	trace.SpanFromContext(ctx).AddEvent("dlock.reenter", trace.WithAttributes(Level.Int(e.Level), Outcome.String(out)))
 }
 
 // ReleaseStart starts the "dlock.release" span.
 func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) context.Context {
+	g, k := o.keyAttrs(e.Key, e.Kind)
 	ctx, span := o.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.spanAttrs(e.Key, o.groups.Group(e.Key), Level.Int(e.Level))...))
+		trace.WithAttributes(o.spanAttrs(e.Key, g, k, Level.Int(e.Level))...))
 	return context.WithValue(ctx, spanKey{o}, span)
 }
 
 // ReleaseEnd records the outcome and, for the last Unlock of a lock, its
 // hold time, and ends the span.
 func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
-	g, out := o.groups.Group(e.Key), e.Outcome.String()
-	o.releases.Add(ctx, 1, metric.WithAttributes(KeyGroup.String(g), Outcome.String(out)))
+	g, k := o.keyAttrs(e.Key, e.Kind)
+	out := e.Outcome.String()
+	o.releases.Add(ctx, 1, metric.WithAttributes(g, k, Outcome.String(out)))
 	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
-		o.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(KeyGroup.String(g)))
+		o.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(g, k))
 	}
 	span := o.span(ctx)
 	span.SetAttributes(Outcome.String(out), HoldTime.Float64(e.Held.Seconds()))
@@ -237,14 +245,14 @@ func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 
 // Renew counts a renewal.
 func (o *Observer) Renew(e dlock.RenewEvent) {
-	o.renewals.Add(context.Background(), 1,
-		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Outcome.String(e.Outcome.String())))
+	g, k := o.keyAttrs(e.Key, e.Kind)
+	o.renewals.Add(context.Background(), 1, metric.WithAttributes(g, k, Outcome.String(e.Outcome.String())))
 }
 
 // Lost counts a lost lock.
 func (o *Observer) Lost(e dlock.LostEvent) {
-	o.lost.Add(context.Background(), 1,
-		metric.WithAttributes(KeyGroup.String(o.groups.Group(e.Key)), Reason.String(e.Reason.String())))
+	g, k := o.keyAttrs(e.Key, e.Kind)
+	o.lost.Add(context.Background(), 1, metric.WithAttributes(g, k, Reason.String(e.Reason.String())))
 }
 
 // spanKey keys the span an Observer's AcquireStart or ReleaseStart began
@@ -285,9 +293,15 @@ func (o *Observer) spanError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, kind)
 }
 
-func (o *Observer) spanAttrs(key, group string, extra attribute.KeyValue) []attribute.KeyValue {
+// keyAttrs are what every metric and span says of the key: its group and
+// its kind (bounded, as labels.Kind makes it).
+func (o *Observer) keyAttrs(key, kind string) (group, kindAttr attribute.KeyValue) {
+	return KeyGroup.String(o.groups.Group(key)), Kind.String(labels.Kind(kind))
+}
+
+func (o *Observer) spanAttrs(key string, group, kind, extra attribute.KeyValue) []attribute.KeyValue {
 	if o.keyInSpans {
-		return []attribute.KeyValue{Key.String(key), KeyGroup.String(group), extra}
+		return []attribute.KeyValue{Key.String(key), group, kind, extra}
 	}
-	return []attribute.KeyValue{KeyGroup.String(group), extra}
+	return []attribute.KeyValue{group, kind, extra}
 }

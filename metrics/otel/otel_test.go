@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -117,14 +118,28 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	gen.Orders(reqCtx)
 	req.End()
 	// A slow acquisition, a failed TryLock and a re-entry.
-	gen.Contend(func() float64 { return collect(t, reader, "dlock.acquire.pending")["dlock.key.group=invoice"].value })
+	gen.Contend(func() float64 {
+		return collect(t, reader, "dlock.acquire.pending")["dlock.key.group=invoice,dlock.kind=lock"].value
+	})
 	// Renewals, and a lock lost at the end of its lease.
 	gen.RenewAndLose(
 		func() float64 {
-			return collect(t, reader, "dlock.renewals")["dlock.key.group=job,dlock.outcome=renewed"].value
+			return collect(t, reader, "dlock.renewals")["dlock.key.group=job,dlock.kind=lock,dlock.outcome=renewed"].value
 		},
 		func() float64 {
-			return collect(t, reader, "dlock.lost")["dlock.key.group=job,dlock.reason=expired"].value
+			return collect(t, reader, "dlock.lost")["dlock.key.group=job,dlock.kind=lock,dlock.reason=expired"].value
+		},
+	)
+	// A lock, a semaphore and an RWMutex of one name.
+	gen.Kinds(
+		func(kind string) float64 {
+			return collect(t, reader, "dlock.acquire.pending")["dlock.key.group=shared,dlock.kind="+kind].value
+		},
+		func(kind string) float64 {
+			return collect(t, reader, "dlock.renewals")["dlock.key.group=shared,dlock.kind="+kind+",dlock.outcome=renewed"].value
+		},
+		func(kind string) float64 {
+			return collect(t, reader, "dlock.lost")["dlock.key.group=shared,dlock.kind="+kind+",dlock.reason=expired"].value
 		},
 	)
 
@@ -134,21 +149,33 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", name, attrs, got, want)
 		}
 	}
-	check("dlock.acquire.attempts", "dlock.key.group=order,dlock.mode=lock", 3)
-	check("dlock.acquisitions", "dlock.key.group=order,dlock.mode=lock,dlock.outcome=acquired", 3)
-	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired", 2)
-	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.mode=trylock,dlock.outcome=not_obtained", 1)
-	check("dlock.acquire.pending", "dlock.key.group=invoice", 0)
-	check("dlock.releases", "dlock.key.group=order,dlock.outcome=released", 3)
-	check("dlock.releases", "dlock.key.group=invoice,dlock.outcome=released", 3) // inner, outer, waiter
-	check("dlock.reentries", "dlock.key.group=invoice,dlock.outcome=reentered", 1)
-	check("dlock.lost", "dlock.key.group=job,dlock.reason=expired", 1)
-	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order"]
+	check("dlock.acquire.attempts", "dlock.key.group=order,dlock.kind=lock,dlock.mode=lock", 3)
+	check("dlock.acquisitions", "dlock.key.group=order,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired", 3)
+	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired", 2)
+	check("dlock.acquisitions", "dlock.key.group=invoice,dlock.kind=lock,dlock.mode=trylock,dlock.outcome=not_obtained", 1)
+	check("dlock.acquire.pending", "dlock.key.group=invoice,dlock.kind=lock", 0)
+	check("dlock.releases", "dlock.key.group=order,dlock.kind=lock,dlock.outcome=released", 3)
+	check("dlock.releases", "dlock.key.group=invoice,dlock.kind=lock,dlock.outcome=released", 3) // inner, outer, waiter
+	check("dlock.reentries", "dlock.key.group=invoice,dlock.kind=lock,dlock.outcome=reentered", 1)
+	check("dlock.lost", "dlock.key.group=job,dlock.kind=lock,dlock.reason=expired", 1)
+	// One name, three kinds: separate points (as Kinds documents).
+	for kind, want := range map[string]struct{ acquired, released float64 }{
+		"lock": {1, 1}, "semaphore": {3, 2}, "rwmutex": {1, 1},
+	} {
+		check("dlock.acquire.attempts", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock", want.acquired)
+		check("dlock.acquisitions", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock,dlock.outcome=acquired", want.acquired)
+		check("dlock.acquire.pending", "dlock.key.group=shared,dlock.kind="+kind, 0)
+		check("dlock.releases", "dlock.key.group=shared,dlock.kind="+kind+",dlock.outcome=released", want.released)
+	}
+	if n := collect(t, reader, "dlock.hold.duration")["dlock.key.group=shared,dlock.kind=lock"].count; n != 1 {
+		t.Errorf("dlock.hold.duration{dlock.key.group=shared,dlock.kind=lock} count = %v, want 1", n)
+	}
+	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order,dlock.kind=lock"]
 	gen.CheckHolds(holds.count, holds.sum)
 	waits := collect(t, reader, "dlock.acquire.duration")
-	invoice := waits["dlock.key.group=invoice,dlock.mode=lock,dlock.outcome=acquired"]
+	invoice := waits["dlock.key.group=invoice,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired"]
 	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
-	order := waits["dlock.key.group=order,dlock.mode=lock,dlock.outcome=acquired"]
+	order := waits["dlock.key.group=order,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired"]
 	gen.CheckOrderWaits(order.count, order.sum)
 	// No metric attribute carries a raw key (attribute names have no ':').
 	for name, points := range collectAll(t, reader) {
@@ -162,8 +189,17 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	// Spans: the orders' acquisitions and releases are children of the
 	// request; the slow acquisition lasts as long as its wait.
 	var acquires, releases, slow int
+	shared := map[string]int{} // Kinds' spans, by name and kind
 	for _, s := range spans.GetSpans().Snapshots() {
 		key, _ := spanAttr(s, dlockotel.Key)
+		kind, _ := spanAttr(s, dlockotel.Kind)
+		if key.AsString() == traffic.Shared {
+			shared[s.Name()+" "+kind.AsString()]++
+			continue
+		}
+		if strings.HasPrefix(s.Name(), "dlock.") && kind.AsString() != "lock" {
+			t.Errorf("span %s of %s: kind %q, want lock", s.Name(), key.AsString(), kind.AsString())
+		}
 		switch s.Name() {
 		case "dlock.acquire":
 			acquires++
@@ -195,6 +231,15 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	if acquires != 8 || releases != 8 || slow != 1 {
 		t.Errorf("spans: %d acquire (want 8), %d release (want 8), %d slow acquire (want 1)", acquires, releases, slow)
 	}
+	// Kinds: the lock's, the semaphore's (holder, waiter, the lost permit,
+	// never released) and the RWMutex's acquisitions and releases.
+	wantShared := map[string]int{
+		"dlock.acquire lock": 1, "dlock.acquire semaphore": 3, "dlock.acquire rwmutex": 1,
+		"dlock.release lock": 1, "dlock.release semaphore": 2, "dlock.release rwmutex": 1,
+	}
+	if !maps.Equal(shared, wantShared) {
+		t.Errorf("spans of %s by name and kind: %v, want %v", traffic.Shared, shared, wantShared)
+	}
 }
 
 // WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
@@ -214,7 +259,7 @@ func TestKeyGroups(t *testing.T) {
 		t.Errorf("points = %v, want groups %v", got, want)
 	}
 	for group, n := range want {
-		a := "dlock.key.group=" + group + ",dlock.mode=lock,dlock.outcome=acquired"
+		a := "dlock.key.group=" + group + ",dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired"
 		if got[a].value != n {
 			t.Errorf("%s = %v, want %v", a, got[a].value, n)
 		}
@@ -241,6 +286,9 @@ func TestWithoutKeyInSpans(t *testing.T) {
 		}
 		if g, _ := spanAttr(s, dlockotel.KeyGroup); g.AsString() != "secret" {
 			t.Errorf("span %s: group %q", s.Name(), g.AsString())
+		}
+		if k, _ := spanAttr(s, dlockotel.Kind); k.AsString() != "lock" {
+			t.Errorf("span %s: kind %q", s.Name(), k.AsString())
 		}
 	}
 }

@@ -12,19 +12,22 @@
 // stays bounded whatever keys are locked: by default a key's group is its
 // text before the first ':' ("order:42" is in group "order"; a key without
 // ':' is in group "default"), and past 100 distinct groups the others count
-// as "other". WithKeyGroup and WithMaxGroups change both.
+// as "other". WithKeyGroup and WithMaxGroups change both. The label kind
+// says what the key names: "lock", "semaphore" or "rwmutex" (the permits of
+// Client.Semaphore and Client.RWMutex), so that a lock and a semaphore of
+// one name make separate series; re-entries are of locks only.
 //
 // The metrics (with the default namespace "dlock"):
 //
-//	dlock_acquire_attempts_total{group,mode}          Lock (mode="lock") and TryLock ("trylock") calls, re-entries aside
-//	dlock_acquisitions_total{group,mode,outcome}      how they ended: acquired, degraded, not_obtained, canceled, error
-//	dlock_acquire_wait_seconds{group,mode,outcome}    how long they took, waiting included (histogram)
-//	dlock_acquires_in_flight{group}                   calls waiting or under way now
-//	dlock_hold_seconds{group}                         how long locks were held, at their last Unlock (histogram)
-//	dlock_releases_total{group,outcome}               Unlock calls: released, not_held, error
-//	dlock_renewals_total{group,outcome}               watchdog renewals: renewed, not_held, no_answer
-//	dlock_lost_total{group,reason}                    locks lost while held: not_held, expired, closed, release_failed
-//	dlock_reentries_total{group,outcome}              re-entries: reentered, error
+//	dlock_acquire_attempts_total{group,kind,mode}          Lock (mode="lock") and TryLock ("trylock") calls, re-entries aside
+//	dlock_acquisitions_total{group,kind,mode,outcome}      how they ended: acquired, degraded, not_obtained, canceled, error
+//	dlock_acquire_wait_seconds{group,kind,mode,outcome}    how long they took, waiting included (histogram)
+//	dlock_acquires_in_flight{group,kind}                   calls waiting or under way now
+//	dlock_hold_seconds{group,kind}                         how long locks were held, at their last Unlock (histogram)
+//	dlock_releases_total{group,kind,outcome}               Unlock calls: released, not_held, error
+//	dlock_renewals_total{group,kind,outcome}               watchdog renewals: renewed, not_held, no_answer
+//	dlock_lost_total{group,kind,reason}                    locks lost while held: not_held, expired, closed, release_failed
+//	dlock_reentries_total{group,kind,outcome}              re-entries: reentered, error (kind="lock")
 //
 // One Observer can serve any number of Clients; register it once.
 package prometheus
@@ -131,17 +134,17 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	}
 	o := &Observer{
 		groups:       keygroup.New(cfg.groupFn, cfg.maxGroups),
-		attempts:     counter("acquire_attempts_total", "Lock and TryLock calls (re-entries aside).", "group", "mode"),
-		acquisitions: counter("acquisitions_total", "Lock and TryLock calls by outcome.", "group", "mode", "outcome"),
-		wait:         histogram("acquire_wait_seconds", "How long Lock and TryLock calls took, waiting included.", cfg.waitBuckets, "group", "mode", "outcome"),
+		attempts:     counter("acquire_attempts_total", "Lock and TryLock calls (re-entries aside).", "group", "kind", "mode"),
+		acquisitions: counter("acquisitions_total", "Lock and TryLock calls by outcome.", "group", "kind", "mode", "outcome"),
+		wait:         histogram("acquire_wait_seconds", "How long Lock and TryLock calls took, waiting included.", cfg.waitBuckets, "group", "kind", "mode", "outcome"),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: cfg.namespace, Name: "acquires_in_flight", Help: "Lock and TryLock calls waiting or under way.", ConstLabels: cfg.constLabels,
-		}, []string{"group"}),
-		hold:      histogram("hold_seconds", "How long locks were held, measured at their last Unlock.", cfg.holdBuckets, "group"),
-		releases:  counter("releases_total", "Unlock calls by outcome.", "group", "outcome"),
-		renewals:  counter("renewals_total", "Lease renewals by the watchdog, by outcome.", "group", "outcome"),
-		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "reason"),
-		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "outcome"),
+		}, []string{"group", "kind"}),
+		hold:      histogram("hold_seconds", "How long locks were held, measured at their last Unlock.", cfg.holdBuckets, "group", "kind"),
+		releases:  counter("releases_total", "Unlock calls by outcome.", "group", "kind", "outcome"),
+		renewals:  counter("renewals_total", "Lease renewals by the watchdog, by outcome.", "group", "kind", "outcome"),
+		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "kind", "reason"),
+		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "kind", "outcome"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: %w", dlock.ErrInvalidOption, err)
@@ -173,24 +176,24 @@ func checkHistogram(opts prometheus.HistogramOpts) (err error) {
 
 // AcquireStart counts an attempt.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
-	g := o.groups.Group(e.Key)
-	o.attempts.WithLabelValues(g, labels.Mode(e.Wait)).Inc()
-	o.inFlight.WithLabelValues(g).Inc()
+	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
+	o.attempts.WithLabelValues(g, k, labels.Mode(e.Wait)).Inc()
+	o.inFlight.WithLabelValues(g, k).Inc()
 	return ctx
 }
 
 // AcquireEnd counts the outcome and observes the wait.
 func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
-	g, m, out := o.groups.Group(e.Key), labels.Mode(e.Wait), e.Outcome.String()
-	o.inFlight.WithLabelValues(g).Dec()
-	o.acquisitions.WithLabelValues(g, m, out).Inc()
-	o.wait.WithLabelValues(g, m, out).Observe(e.WaitTime.Seconds())
+	g, k, m, out := o.groups.Group(e.Key), labels.Kind(e.Kind), labels.Mode(e.Wait), e.Outcome.String()
+	o.inFlight.WithLabelValues(g, k).Dec()
+	o.acquisitions.WithLabelValues(g, k, m, out).Inc()
+	o.wait.WithLabelValues(g, k, m, out).Observe(e.WaitTime.Seconds())
 }
 
 // Reenter counts a re-entry.
 func (o *Observer) Reenter(_ context.Context, e dlock.ReenterEvent) {
 	out := labels.ReenterOutcome(e.Err)
-	o.reentries.WithLabelValues(o.groups.Group(e.Key), out).Inc()
+	o.reentries.WithLabelValues(o.groups.Group(e.Key), labels.KindLock, out).Inc()
 }
 
 // ReleaseStart does nothing.
@@ -201,19 +204,19 @@ func (o *Observer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) 
 // ReleaseEnd counts the outcome and, for the last Unlock of a lock,
 // observes its hold time.
 func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
-	g := o.groups.Group(e.Key)
-	o.releases.WithLabelValues(g, e.Outcome.String()).Inc()
+	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
+	o.releases.WithLabelValues(g, k, e.Outcome.String()).Inc()
 	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
-		o.hold.WithLabelValues(g).Observe(e.Held.Seconds())
+		o.hold.WithLabelValues(g, k).Observe(e.Held.Seconds())
 	}
 }
 
 // Renew counts a renewal.
 func (o *Observer) Renew(e dlock.RenewEvent) {
-	o.renewals.WithLabelValues(o.groups.Group(e.Key), e.Outcome.String()).Inc()
+	o.renewals.WithLabelValues(o.groups.Group(e.Key), labels.Kind(e.Kind), e.Outcome.String()).Inc()
 }
 
 // Lost counts a lost lock.
 func (o *Observer) Lost(e dlock.LostEvent) {
-	o.lost.WithLabelValues(o.groups.Group(e.Key), e.Reason.String()).Inc()
+	o.lost.WithLabelValues(o.groups.Group(e.Key), labels.Kind(e.Kind), e.Reason.String()).Inc()
 }

@@ -91,11 +91,25 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	// Three orders locked and held a while each.
 	gen.Orders(context.Background())
 	// A contended lock, a failed TryLock and a re-entry.
-	gen.Contend(func() float64 { return scrape(t, reg, "dlock_acquires_in_flight")["group=invoice"].value })
+	gen.Contend(func() float64 { return scrape(t, reg, "dlock_acquires_in_flight")["group=invoice,kind=lock"].value })
 	// A lock renewed by the watchdog, then one lost at the end of its lease.
 	gen.RenewAndLose(
-		func() float64 { return scrape(t, reg, "dlock_renewals_total")["group=job,outcome=renewed"].value },
-		func() float64 { return scrape(t, reg, "dlock_lost_total")["group=job,reason=expired"].value },
+		func() float64 {
+			return scrape(t, reg, "dlock_renewals_total")["group=job,kind=lock,outcome=renewed"].value
+		},
+		func() float64 { return scrape(t, reg, "dlock_lost_total")["group=job,kind=lock,reason=expired"].value },
+	)
+	// A lock, a semaphore and an RWMutex of one name.
+	gen.Kinds(
+		func(kind string) float64 {
+			return scrape(t, reg, "dlock_acquires_in_flight")["group=shared,kind="+kind].value
+		},
+		func(kind string) float64 {
+			return scrape(t, reg, "dlock_renewals_total")["group=shared,kind="+kind+",outcome=renewed"].value
+		},
+		func(kind string) float64 {
+			return scrape(t, reg, "dlock_lost_total")["group=shared,kind="+kind+",reason=expired"].value
+		},
 	)
 
 	check := func(name, labels string, want float64) {
@@ -104,22 +118,34 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", name, labels, got, want)
 		}
 	}
-	check("dlock_acquire_attempts_total", "group=order,mode=lock", 3)
-	check("dlock_acquisitions_total", "group=order,mode=lock,outcome=acquired", 3)
-	check("dlock_acquisitions_total", "group=invoice,mode=lock,outcome=acquired", 2)
-	check("dlock_acquisitions_total", "group=invoice,mode=trylock,outcome=not_obtained", 1)
-	check("dlock_acquires_in_flight", "group=invoice", 0)
-	check("dlock_releases_total", "group=order,outcome=released", 3)
-	check("dlock_releases_total", "group=invoice,outcome=released", 3) // inner, outer, waiter
-	check("dlock_reentries_total", "group=invoice,outcome=reentered", 1)
-	check("dlock_lost_total", "group=job,reason=expired", 1)
+	check("dlock_acquire_attempts_total", "group=order,kind=lock,mode=lock", 3)
+	check("dlock_acquisitions_total", "group=order,kind=lock,mode=lock,outcome=acquired", 3)
+	check("dlock_acquisitions_total", "group=invoice,kind=lock,mode=lock,outcome=acquired", 2)
+	check("dlock_acquisitions_total", "group=invoice,kind=lock,mode=trylock,outcome=not_obtained", 1)
+	check("dlock_acquires_in_flight", "group=invoice,kind=lock", 0)
+	check("dlock_releases_total", "group=order,kind=lock,outcome=released", 3)
+	check("dlock_releases_total", "group=invoice,kind=lock,outcome=released", 3) // inner, outer, waiter
+	check("dlock_reentries_total", "group=invoice,kind=lock,outcome=reentered", 1)
+	check("dlock_lost_total", "group=job,kind=lock,reason=expired", 1)
+	// One name, three kinds: separate series (as Kinds documents).
+	for kind, want := range map[string]struct{ acquired, released float64 }{
+		"lock": {1, 1}, "semaphore": {3, 2}, "rwmutex": {1, 1},
+	} {
+		check("dlock_acquire_attempts_total", "group=shared,kind="+kind+",mode=lock", want.acquired)
+		check("dlock_acquisitions_total", "group=shared,kind="+kind+",mode=lock,outcome=acquired", want.acquired)
+		check("dlock_acquires_in_flight", "group=shared,kind="+kind, 0)
+		check("dlock_releases_total", "group=shared,kind="+kind+",outcome=released", want.released)
+	}
+	if n := scrape(t, reg, "dlock_hold_seconds")["group=shared,kind=lock"].count; n != 1 {
+		t.Errorf("dlock_hold_seconds{group=shared,kind=lock} count = %v, want 1", n)
+	}
 
-	holds := scrape(t, reg, "dlock_hold_seconds")["group=order"]
+	holds := scrape(t, reg, "dlock_hold_seconds")["group=order,kind=lock"]
 	gen.CheckHolds(holds.count, holds.sum)
 	waits := scrape(t, reg, "dlock_acquire_wait_seconds")
-	invoice := waits["group=invoice,mode=lock,outcome=acquired"]
+	invoice := waits["group=invoice,kind=lock,mode=lock,outcome=acquired"]
 	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
-	order := waits["group=order,mode=lock,outcome=acquired"]
+	order := waits["group=order,kind=lock,mode=lock,outcome=acquired"]
 	gen.CheckOrderWaits(order.count, order.sum)
 	// No label carries a raw key.
 	families, _ := reg.Gather()
@@ -149,7 +175,7 @@ func TestKeyGroups(t *testing.T) {
 		t.Errorf("series = %v, want groups %v", got, want)
 	}
 	for group, n := range want {
-		l := "group=" + group + ",mode=lock,outcome=acquired"
+		l := "group=" + group + ",kind=lock,mode=lock,outcome=acquired"
 		if got[l].value != n {
 			t.Errorf("%s = %v, want %v", l, got[l].value, n)
 		}

@@ -12,6 +12,11 @@ func TestValues(t *testing.T) {
 		{Mode(false), "trylock"},
 		{ReenterOutcome(nil), "reentered"},
 		{ReenterOutcome(errors.New("boom")), "error"},
+		{Kind("lock"), "lock"},
+		{Kind("semaphore"), "semaphore"},
+		{Kind("rwmutex"), "rwmutex"},
+		{Kind(""), "other"},
+		{Kind("order:42"), "other"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
