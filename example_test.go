@@ -171,3 +171,37 @@ func ExampleClient_RWMutex() {
 	// writer while reading: true
 	// writer after the readers: <nil>
 }
+
+func ExampleSemaphore_Inspect() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	imports := locks.Semaphore("imports", 3)
+	stuck, err := imports.Acquire(ctx, 2, dlock.WithMetadata("nightly import"))
+	if err != nil {
+		panic(err)
+	}
+
+	// An operator looks at the holders...
+	info, err := imports.Inspect(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%d of %d permits in use\n", info.InUse, info.Capacity)
+	for _, h := range info.Holders {
+		fmt.Printf("%d held for %q\n", h.Permits, h.Holder.Data)
+	}
+	// ...and takes a stuck one's permits away: the waiters first in line
+	// get them, and the holder learns of it at its next renewal.
+	fmt.Println("force release:", imports.ForceRelease(ctx, info.Holders[0].Owner))
+	_, err = stuck.TTL(ctx)
+	fmt.Println("the holder lost them:", errors.Is(err, dlock.ErrLockLost))
+	// Output:
+	// 2 of 3 permits in use
+	// 2 held for "nightly import"
+	// force release: <nil>
+	// the holder lost them: true
+}

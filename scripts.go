@@ -22,7 +22,7 @@ var (
 	extendScript       = loadScript("extend")
 	reenterScript      = loadScript("reenter")
 	ttlScript          = loadScript("ttl")
-	inspectScript      = loadScript("inspect")
+	inspectScript      = loadScript("inspect", "common")
 
 	// A semaphore's scripts (semaphore.lua) share common.lua's queue and
 	// fences with the lock's.
@@ -31,6 +31,7 @@ var (
 	permitsExtendScript  = loadScript("semextend", "common", "semaphore")
 	permitsTTLScript     = loadScript("semttl", "common", "semaphore")
 	availableScript      = loadScript("semavailable", "common", "semaphore")
+	permitsInspectScript = loadScript("seminspect", "common", "semaphore")
 )
 
 // evalCall is a script sent as EVALSHA with arguments built by hand: its

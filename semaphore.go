@@ -92,22 +92,33 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 // deployment: on a Client made by redlock.New it returns an error wrapping
 // errors.ErrUnsupported.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
-	if s.c == nil {
-		return 0, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
-	}
-	p := &backend.Permits{Kind: s.kind, Count: 1, Capacity: s.capacity}
-	if err := checkPermits(p, &lockConfig{}); err != nil {
-		return 0, err
-	}
-	n, err := s.c.admin(s.name)
+	n, k, err := s.admin()
 	if err != nil {
 		return 0, err
 	}
-	v, err := availableScript.Run(ctx, n.rdb, []string{n.keysOf(s.name, p).lock}, s.capacity).Int64()
+	v, err := availableScript.Run(ctx, n.rdb, []string{k.lock}, s.capacity).Int64()
 	if err != nil {
 		return 0, redisError(s.kind+" available", s.name, err)
 	}
 	return max(v, 0), nil
+}
+
+// admin returns the single-deployment backend and the Redis names of s
+// for the calls that read or change its holders directly (Available and
+// the operator calls), after checking s as Acquire would.
+func (s *Semaphore) admin() (*node, *lockKeys, error) {
+	if s.c == nil {
+		return nil, nil, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
+	}
+	p := &backend.Permits{Kind: s.kind, Count: 1, Capacity: s.capacity}
+	if err := checkPermits(p, &lockConfig{}); err != nil {
+		return nil, nil, err
+	}
+	n, err := s.c.admin(s.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, n.keysOf(s.name, p), nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []LockOption) (*Lock, error) {

@@ -129,6 +129,17 @@ local function waiter(head, now_ms)
   return string.format('%.0f', ms), meta, client
 end
 
+-- live_waiters counts the queued waiters whose entries have not expired,
+-- for the operators' inspect scripts: it writes nothing.
+local function live_waiters(now_ms)
+  local live = 0
+  for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
+    local deadline = tonumber(string.match(entry, '^(%d+) '))
+    if deadline and deadline > now_ms then live = live + 1 end
+  end
+  return live
+end
+
 -- live_head returns the first waiter whose entry has not expired, dropping
 -- the expired entries in front of it, and leaves it queued.
 local function live_head(now_ms)

@@ -12,11 +12,4 @@ end
 if #hash > 0 and not lock then
   return redis.error_reply('WRONGTYPE the lock key holds a hash that is not a lock')
 end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = 0
-for _, entry in ipairs(redis.call('HVALS', KEYS[4])) do
-  local deadline = tonumber(string.match(entry, '^(%d+) '))
-  if deadline and deadline > now_ms then live = live + 1 end
-end
-return {hash, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', live}
+return {hash, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', live_waiters(clock())}

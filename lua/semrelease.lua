@@ -12,10 +12,17 @@ local now_ms, now_us = clock()
 local ok, s = pcall(open, token)
 if not ok then
   pcall(dequeue, token)
-  return s
+  -- pcall gives the error as its message (Redis 7), which returned as it
+  -- is would be a plain string, not an error reply.
+  if type(s) == 'table' then return s end
+  return redis.error_reply(s)
 end
 local h = s.mine
 if h then drop(s, token, h) end
+-- A live holder's permits go to the waiters under the capacity it was
+-- granted with: an operator's ForceRelease (admin_permits.go) may give
+-- another (an Unlock gives that one).
+if h and h.expiry > now_ms then capacity = h.capacity end
 -- The release stands even if the queue cannot be left or served (other
 -- data at its names: Redis does not roll a failed script back).
 pcall(function()

@@ -716,6 +716,18 @@ func TestSemaphoresRefused(t *testing.T) {
 	if _, err := c.Semaphore("pool", 2).Available(ctx); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Available on Redlock: %v", err)
 	}
+	if _, err := c.Semaphore("pool", 2).Inspect(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Semaphore.Inspect on Redlock: %v", err)
+	}
+	if err := c.Semaphore("pool", 2).ForceRelease(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Semaphore.ForceRelease on Redlock: %v", err)
+	}
+	if _, err := c.RWMutex("doc").Inspect(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("RWMutex.Inspect on Redlock: %v", err)
+	}
+	if err := c.RWMutex("doc").ForceRelease(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("RWMutex.ForceRelease on Redlock: %v", err)
+	}
 	for _, rdb := range cl.rdbs {
 		if n := rdb.DBSize(ctx).Val(); n != 0 {
 			t.Fatalf("a refused semaphore wrote %d keys", n)

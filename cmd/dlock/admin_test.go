@@ -251,6 +251,7 @@ func TestOutputWriteErrorFails(t *testing.T) {
 	for _, args := range [][]string{
 		{"--redis", url, "inspect", "--json", "k"},
 		{"--redis", url, "inspect", "k"},
+		{"--redis", url, "inspect", "--capacity", "2", "k"},
 		{"--redis", url, "list", "--json"},
 		{"--redis", url, "list"},
 		{"--redis", url, "list", "--long"},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -16,20 +15,31 @@ const adminTimeout = 10 * pingTimeout
 
 func (a *app) inspectCmd() *cobra.Command {
 	var asJSON bool
+	var kind kindFlags
 	cmd := &cobra.Command{
 		Use:   "inspect KEY",
-		Short: "Show a lock's state: holder, lease, fencing token, waiters",
+		Short: "Show a lock's (or semaphore's) state: holders, leases, fencing tokens, waiters",
 		Long: `Inspect reads a lock in one script, without changing it: whether it is
 held, by whom (host, pid, client and metadata recorded when it was taken),
 since when, how much lease is left, its fencing token, hold count (reentrant
 holds) and how many waiters are queued. For a free lock the fence shown is
-the last one issued. The exit status is 0 whether the lock is held or free.`,
+the last one issued. The exit status is 0 whether the lock is held or free.
+
+With --capacity M, KEY names a semaphore (as for run --capacity), and with
+--rwmutex a readers-writer lock: inspect shows each holder's owner token,
+who it is, its permits (read or write for an RWMutex), lease left and
+fence, and the capacity (the holders' own, whatever M), the permits in use
+and the waiters queued.`,
 		Example: `  dlock inspect nightly-report
-  dlock inspect --json nightly-report | jq .held`,
+  dlock inspect --json nightly-report | jq .held
+  dlock inspect --capacity 3 encoders`,
 		Args:              exactArgs(1, "one KEY"),
 		ValidArgsFunction: a.completeKeys,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkKey(args[0]); err != nil {
+				return err
+			}
+			if err := kind.validate(cmd); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
@@ -39,6 +49,16 @@ the last one issued. The exit status is 0 whether the lock is held or free.`,
 				return err
 			}
 			defer c.Close()
+			if p := kind.permits(c.locks, args[0]); p != nil {
+				info, err := p.Inspect(ctx)
+				if err != nil {
+					return redisFailure(err)
+				}
+				if asJSON {
+					return writeJSON(a.stdout, info)
+				}
+				return writeSemaphoreInfo(a.stdout, info, "")
+			}
 			info, err := c.locks.Inspect(ctx, args[0])
 			if err != nil {
 				return redisFailure(err)
@@ -49,36 +69,33 @@ the last one issued. The exit status is 0 whether the lock is held or free.`,
 			return writeInfo(a.stdout, info, "")
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo; ttl_ns in nanoseconds)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo, or SemaphoreInfo; ttl_ns in nanoseconds)")
+	kind.add(cmd)
 	return cmd
 }
 
 // writeInfo prints a lock's state as aligned "name value" lines, each
 // starting with indent. It returns the first write error (outputFailed).
-func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) (err error) {
-	line := func(name, format string, args ...any) {
-		if _, werr := fmt.Fprintf(w, "%s%-9s %s\n", indent, name, fmt.Sprintf(format, args...)); err == nil && werr != nil {
-			err = outputFailed(werr)
-		}
-	}
-	line("key", "%s", keyText(info.Key))
+func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) error {
+	f := &fields{w: w, indent: indent}
+	f.line("key", "%s", keyText(info.Key))
 	if !info.Held {
-		line("state", "free")
+		f.line("state", "free")
 		if info.Fence != 0 {
-			line("fence", "%d (the last one issued)", info.Fence)
+			f.line("fence", "%d (the last one issued)", info.Fence)
 		}
-		line("waiters", "%d", info.Waiters)
-		return err
+		f.line("waiters", "%d", info.Waiters)
+		return f.err
 	}
-	line("state", "held")
-	line("holder", "%s", holderText(info.Holder))
-	line("acquired", "%s", ago(info.AcquiredAt))
-	line("lease", "%s left", human(info.TTL))
-	line("fence", "%d", info.Fence)
-	line("holds", "%d", info.HoldCount)
-	line("owner", "%s", info.Owner)
-	line("waiters", "%d", info.Waiters)
-	return err
+	f.line("state", "held")
+	f.line("holder", "%s", holderText(info.Holder))
+	f.line("acquired", "%s", ago(info.AcquiredAt))
+	f.line("lease", "%s left", human(info.TTL))
+	f.line("fence", "%d", info.Fence)
+	f.line("holds", "%d", info.HoldCount)
+	f.line("owner", "%s", info.Owner)
+	f.line("waiters", "%d", info.Waiters)
+	return f.err
 }
 
 // writeJSON prints v as indented JSON.

@@ -163,9 +163,8 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 		return usagef("--grace %v: must not be negative", f.grace)
 	case f.maxHold < 0:
 		return usagef("--max-hold %v: must not be negative", f.maxHold)
-	case f.capacity < 0 || f.capacity > dlock.MaxPermits || f.capacity == 0 && cmd.Flags().Changed("capacity"):
-		// An explicit 0 is no semaphore: not a silent fallback to a lock.
-		return usagef("--capacity %d: must be between 1 and %d", f.capacity, int64(dlock.MaxPermits))
+	case checkCapacity(cmd, f.capacity) != nil:
+		return checkCapacity(cmd, f.capacity)
 	case cmd.Flags().Changed("permits") && f.capacity == 0:
 		return usagef("--permits needs --capacity: KEY is a lock otherwise")
 	case f.capacity > 0 && (f.permits < 1 || f.permits > f.capacity):

@@ -1,0 +1,111 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SemaphoreInfo is what Semaphore.Inspect and RWMutex.Inspect read.
+type SemaphoreInfo struct {
+	Key      string        `json:"key"`      // the semaphore's name
+	Kind     string        `json:"kind"`     // "semaphore" or "rwmutex"
+	Capacity int64         `json:"capacity"` // the holders' (see Semaphore.Inspect)
+	InUse    int64         `json:"in_use"`   // the permits the holders hold
+	Holders  []PermitsInfo `json:"holders"`  // oldest grant (smallest fence) first
+	Waiters  int64         `json:"waiters"`  // queued waiters whose entries have not expired
+}
+
+// PermitsInfo is one holder's permits, as Inspect reads them.
+type PermitsInfo struct {
+	Owner   string        `json:"owner"`   // the holder's token (Lock.Token)
+	Permits int64         `json:"permits"` // how many it holds; an RWMutex's writer holds MaxPermits
+	Fence   uint64        `json:"fence"`   // its grant's fence
+	TTL     time.Duration `json:"ttl_ns"`  // remaining lease
+	Holder  Holder        `json:"holder"`  // who took them
+}
+
+// Inspect reads the semaphore's holders and queue for operators, in one
+// script, without changing anything. Holders whose lease ran out are left
+// out. Capacity is the one the holders were granted under, which may
+// differ from s's (Acquire with s then fails); s's when nobody holds
+// permits. Like Available, it needs a single deployment: on a Client made
+// by redlock.New it returns an error wrapping errors.ErrUnsupported.
+func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
+	n, k, err := s.admin()
+	if err != nil {
+		return nil, err
+	}
+	v, err := permitsInspectScript.Run(ctx, n.rdb, k.all()).Slice()
+	if err == nil && (len(v)-1)%6 != 0 {
+		err = fmt.Errorf("inspect script replied %v", v)
+	}
+	if err != nil {
+		return nil, redisError(s.kind+" inspect", s.name, err)
+	}
+	info := &SemaphoreInfo{Key: s.name, Kind: s.kind, Capacity: s.capacity, Holders: []PermitsInfo{}}
+	info.Waiters, _ = v[0].(int64)
+	for i := 1; i+5 < len(v); i += 6 {
+		var h PermitsInfo
+		h.Owner, _ = v[i].(string)
+		ttl, _ := v[i+1].(int64)
+		h.TTL = time.Duration(ttl) * time.Millisecond
+		h.Permits, _ = v[i+2].(int64)
+		info.Capacity, _ = v[i+3].(int64)
+		fence, _ := v[i+4].(string)
+		h.Fence, _ = strconv.ParseUint(fence, 10, 64)
+		meta, _ := v[i+5].(string)
+		_ = json.Unmarshal([]byte(meta), &h.Holder)
+		info.InUse += h.Permits
+		info.Holders = append(info.Holders, h)
+	}
+	slices.SortFunc(info.Holders, func(a, b PermitsInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	return info, nil
+}
+
+// ForceRelease takes away the permits of the holder token (a
+// PermitsInfo.Owner that Inspect read), for an operator clearing a stuck
+// holder, and hands them to the waiters first in line as that holder's
+// Unlock would. The holder is not told until its next renewal, which
+// cancels its Lock's Context with ErrLockLost. It returns an error
+// wrapping ErrNotHeld if token holds no permits (released, lease run out,
+// or never granted), ErrInvalidOption if token is not a token, and
+// errors.ErrUnsupported on a Client made by redlock.New. The token of a
+// queued waiter (Inspect shows none) holds nothing, but it leaves the
+// queue as a waiter giving up would, and joins it again at the back.
+func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
+	// Tokens are hex: a name starting with ':' is a bookkeeping field.
+	if token == "" || strings.HasPrefix(token, ":") {
+		return fmt.Errorf("%w: owner %q is not a token", ErrInvalidOption, token)
+	}
+	n, k, err := s.admin()
+	if err != nil {
+		return err
+	}
+	// The release script of an Unlock: it hands the permits over too.
+	left, err := k.scripts().release.script.Run(ctx, n.rdb, k.all(), token, s.capacity).Int64()
+	if err != nil {
+		return redisError(s.kind+" force release", s.name, err)
+	}
+	if left < 0 {
+		return fmt.Errorf("dlock: %s force release %q: token %s holds no permits: %w", s.kind, s.name, token, ErrNotHeld)
+	}
+	return nil
+}
+
+// Inspect reads the lock's readers and writer and its queue, as
+// Semaphore.Inspect does: a reader holds 1 permit, a writer MaxPermits.
+func (m *RWMutex) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
+	return m.s.Inspect(ctx)
+}
+
+// ForceRelease takes the lock away from the reader or writer token, as
+// Semaphore.ForceRelease does.
+func (m *RWMutex) ForceRelease(ctx context.Context, token string) error {
+	return m.s.ForceRelease(ctx, token)
+}

@@ -1,0 +1,246 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"testing"
+)
+
+// Inspect shows each live holder with its permits, fence and metadata,
+// and the queue; it skips holders whose lease ran out and the bookkeeping
+// fields (':'-prefixed) of the holders hash, whatever they hold.
+func TestSemaphoreInspect(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithClientName("billing"), noPolling)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 5)
+	a, err := s.Acquire(ctx, 2, WithMetadata("job a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiter := acquireAsync(wctx, s, 3)
+	waitSemQueued(t, rdb, s, 1)
+
+	host, _ := os.Hostname()
+	check := func(info *SemaphoreInfo, err error, waiters int64) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Key != "pool" || info.Kind != "semaphore" || info.Capacity != 5 || info.InUse != 3 || info.Waiters != waiters || len(info.Holders) != 2 {
+			t.Fatalf("Inspect = %+v", info)
+		}
+		for i, want := range []struct {
+			l       *Lock
+			permits int64
+			data    string
+		}{{a, 2, "job a"}, {b, 1, ""}} {
+			h := info.Holders[i]
+			holder := Holder{Host: host, PID: os.Getpid(), Client: "billing", Data: want.data}
+			if h.Owner != want.l.Token() || h.Permits != want.permits || h.Fence != want.l.Fence() || h.Holder != holder || h.TTL <= 0 || h.TTL > DefaultTTL {
+				t.Errorf("holder %d = %+v, want token %s, %d permits, fence %d, %+v", i, h, want.l.Token(), want.permits, want.l.Fence(), holder)
+			}
+		}
+	}
+	info, err := s.Inspect(ctx)
+	check(info, err, 1)
+	cancel()
+	if r := <-waiter; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the waiter that gave up: %v", r.err)
+	}
+
+	// A holder whose lease ran out, and a bookkeeping field of a kind
+	// Inspect does not know, next to any it does.
+	k := semKeys(s)
+	if err := rdb.HSet(ctx, k.lock, "00000000000000000000000000000000", "1 3 5 7 0 {}", ":future", "not a holder").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := rdb.HGetAll(ctx, k.lock).Val()
+	info, err = s.Inspect(ctx)
+	check(info, err, 0)
+	if after := rdb.HGetAll(ctx, k.lock).Val(); !maps.Equal(before, after) {
+		t.Errorf("Inspect wrote: the holders hash went from %v to %v", before, after)
+	}
+	rdb.HDel(ctx, k.lock, ":future")
+
+	// Another handle's capacity: Inspect reads the holders'.
+	if info, err := c.Semaphore("pool", 9).Inspect(ctx); err != nil || info.Capacity != 5 {
+		t.Errorf("Inspect with another capacity = %+v, %v; want the holders' 5", info, err)
+	}
+	_ = a.Unlock(ctx)
+	_ = b.Unlock(ctx)
+	info, err = s.Inspect(ctx)
+	if err != nil || len(info.Holders) != 0 || info.InUse != 0 || info.Capacity != 5 || info.Holders == nil {
+		t.Errorf("Inspect of a free semaphore = %+v, %v", info, err)
+	}
+}
+
+// ForceRelease takes a stuck holder's permits away and the waiter first
+// in line gets them, woken by the hand-over (no polling), even through a
+// handle of another capacity; the old holder learns of it at its next
+// call.
+func TestSemaphoreForceReleaseHandsOver(t *testing.T) {
+	c, rdb, _ := newTestClient(t, noPolling)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	stuck, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, s, 1)
+	waitSemQueued(t, rdb, s, 1)
+	notYet(t, got, "the waiter")
+	if err := s.ForceRelease(ctx, stuck.Token()); err != nil {
+		t.Fatal(err)
+	}
+	l := received(t, got, "the waiter after ForceRelease")
+	if l.Fence() <= stuck.Fence() {
+		t.Errorf("fence %d after force release, not above %d", l.Fence(), stuck.Fence())
+	}
+	if _, err := stuck.TTL(ctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("old holder TTL = %v, want ErrLockLost", err)
+	}
+	for _, token := range []string{stuck.Token(), "0123456789abcdef0123456789abcdef"} {
+		if err := s.ForceRelease(ctx, token); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("ForceRelease(%s) of no holder = %v, want ErrNotHeld", token, err)
+		}
+	}
+
+	// The permits go over under the holder's capacity, whatever the
+	// handle's.
+	got = acquireAsync(ctx, s, 2)
+	waitSemQueued(t, rdb, s, 1)
+	if err := c.Semaphore("pool", 7).ForceRelease(ctx, l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	last := received(t, got, "the waiter for 2 after ForceRelease with another capacity")
+	if info, err := s.Inspect(ctx); err != nil || len(info.Holders) != 1 || info.Holders[0].Owner != last.Token() || info.InUse != 2 {
+		t.Errorf("Inspect after the hand-over = %+v, %v", info, err)
+	}
+	_ = last.Unlock(ctx)
+}
+
+// An RWMutex is inspected and cleared as the semaphore it is: readers hold
+// 1 permit, a writer MaxPermits, and the writer waiting gets the lock once
+// the last reader is taken away.
+func TestRWMutexInspectForceRelease(t *testing.T) {
+	c, rdb, _ := newTestClient(t, noPolling)
+	ctx := context.Background()
+	m := c.RWMutex("doc")
+	r1, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := inBackground(func() (*Lock, error) { return m.Lock(ctx) })
+	waitSemQueued(t, rdb, &m.s, 1)
+	info, err := m.Inspect(ctx)
+	if err != nil || info.Kind != "rwmutex" || info.Capacity != MaxPermits || info.InUse != 2 || info.Waiters != 1 || len(info.Holders) != 2 ||
+		info.Holders[0].Owner != r1.Token() || info.Holders[1].Owner != r2.Token() || info.Holders[0].Permits != 1 {
+		t.Fatalf("Inspect = %+v, %v", info, err)
+	}
+	if err := m.ForceRelease(ctx, r1.Token()); err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, writer, "the writer while a reader holds the lock")
+	if err := m.ForceRelease(ctx, r2.Token()); err != nil {
+		t.Fatal(err)
+	}
+	w := received(t, writer, "the writer")
+	info, err = m.Inspect(ctx)
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Owner != w.Token() || info.Holders[0].Permits != MaxPermits || info.Waiters != 0 {
+		t.Errorf("Inspect of the writer = %+v, %v", info, err)
+	}
+	if err := m.ForceRelease(ctx, r1.Token()); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("ForceRelease of a reader taken away = %v, want ErrNotHeld", err)
+	}
+	_ = w.Unlock(ctx)
+}
+
+func TestSemaphoreAdminBadInput(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	const token = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		s    *Semaphore
+		want error
+	}{
+		{c.Semaphore("", 2), ErrInvalidKey},
+		{c.Semaphore(string(make([]byte, MaxKeyLen+1)), 2), ErrInvalidKey},
+		{c.Semaphore("x", 0), ErrInvalidOption},
+		{c.Semaphore("x", MaxPermits+1), ErrInvalidOption},
+		{&Semaphore{name: "x", capacity: 1}, ErrInvalidOption},
+	} {
+		if _, err := tc.s.Inspect(ctx); !errors.Is(err, tc.want) {
+			t.Errorf("Inspect of %q (capacity %d) = %v, want %v", tc.s.name, tc.s.capacity, err, tc.want)
+		}
+		if err := tc.s.ForceRelease(ctx, token); !errors.Is(err, tc.want) {
+			t.Errorf("ForceRelease on %q (capacity %d) = %v, want %v", tc.s.name, tc.s.capacity, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", ":state"} {
+		if err := c.Semaphore("x", 2).ForceRelease(ctx, bad); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("ForceRelease(%q) = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	c.Close()
+	if _, err := c.RWMutex("x").Inspect(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Inspect after Close = %v, want ErrClosed", err)
+	}
+	if err := c.RWMutex("x").ForceRelease(ctx, token); !errors.Is(err, ErrClosed) {
+		t.Errorf("ForceRelease after Close = %v, want ErrClosed", err)
+	}
+}
+
+// Other data at a semaphore's name: a value of another type, or a hash
+// whose fields are not holders.
+func TestSemaphoreAdminWrongType(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("other", 2)
+	k := semKeys(s)
+	for _, write := range []func() error{
+		func() error { return rdb.Set(ctx, k.lock, "x", 0).Err() },
+		func() error { return rdb.HSet(ctx, k.lock, "user", "alice").Err() },
+	} {
+		rdb.Del(ctx, k.lock)
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Inspect(ctx); !errors.Is(err, ErrWrongType) {
+			t.Errorf("Inspect = %v, want ErrWrongType", err)
+		}
+	}
+	if err := s.ForceRelease(ctx, "user"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("ForceRelease of a field that is no holder = %v, want ErrWrongType", err)
+	}
+	rdb.Del(ctx, k.lock)
+	if err := rdb.Set(ctx, k.lock, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForceRelease(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, ErrWrongType) {
+		t.Errorf("ForceRelease = %v, want ErrWrongType", err)
+	}
+
+	// The release script is an Unlock's too, which reads its WRONGTYPE as
+	// permits lost (node.go's Release), as for a lock.
+	rdb.Del(ctx, k.lock)
+	l, err := s.Acquire(ctx, 1, WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, k.lock, "x", 0)
+	if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock with other data at the holders' name = %v, want ErrLockLost", err)
+	}
+}

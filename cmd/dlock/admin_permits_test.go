@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// semInspect reads the semaphore key of capacity permits with the library.
+func semInspect(t *testing.T, c *dlock.Client, key string, capacity int64) *dlock.SemaphoreInfo {
+	t.Helper()
+	info, err := c.Semaphore(key, capacity).Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func TestInspectPermits(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	ctx := context.Background()
+	l, err := c.Semaphore("encoders", 3).Acquire(ctx, 2, dlock.WithMetadata("job 7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+
+	r := dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "3", "encoders").want(t, 0)
+	for _, want := range []string{
+		"key       encoders",
+		"kind      semaphore",
+		"capacity  3",
+		"in use    2",
+		"waiters   0",
+		"holders   1",
+		"  owner     " + l.Token(),
+		"  holder    pid " + strconv.Itoa(os.Getpid()) + " on " + host + ` (admin-test: "job 7")`,
+		"  permits   2",
+		"  fence     " + strconv.FormatUint(l.Fence(), 10),
+		"  lease     ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect --capacity output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "3", "--json", "encoders").want(t, 0)
+	var info dlock.SemaphoreInfo
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
+	}
+	if info.Key != "encoders" || info.Kind != "semaphore" || info.Capacity != 3 || info.InUse != 2 || len(info.Holders) != 1 {
+		t.Fatalf("inspect --capacity --json: %+v", info)
+	}
+	if h := info.Holders[0]; h.Owner != l.Token() || h.Permits != 2 || h.Fence != l.Fence() || h.Holder.Data != "job 7" || h.TTL <= 0 || h.TTL > dlock.DefaultTTL {
+		t.Errorf("inspect --capacity --json holder: %+v", h)
+	}
+
+	w, err := c.RWMutex("doc").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, "--redis", url, "inspect", "--rwmutex", "doc").want(t, 0)
+	for _, want := range []string{"kind      rwmutex", "holders   1", "  owner     " + w.Token(), "  mode      write"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect --rwmutex output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// A lock of the same name is another thing.
+	if r := dlockRun(t, nil, "--redis", url, "inspect", "doc").want(t, 0); !strings.Contains(r.stdout, "state     free") {
+		t.Errorf("inspect of the lock doc:\n%s", r.stdout)
+	}
+
+	for _, args := range [][]string{
+		{"--capacity", "0"},
+		{"--capacity", "-1"},
+		{"--capacity", strconv.FormatInt(dlock.MaxPermits+1, 10)},
+		{"--capacity", "3", "--rwmutex"},
+	} {
+		dlockRun(t, nil, append([]string{"--redis", url, "inspect", "encoders"}, args...)...).want(t, exitUsage)
+	}
+}
+
+// TestReleaseForcePermits removes the permits of a `dlock run --capacity`
+// holder while another waits: the waiter gets them and runs, and the
+// holder learns it lost them.
+func TestReleaseForcePermits(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	env := baseEnv("LOG=" + log)
+	holder := start(t, env, "--redis", url, "--ttl", "600ms", "run", "--capacity", "2", "--permits", "2", "--meta", "the holder", "pool", "--",
+		"sh", "-c", `echo holder >> "$LOG"; sleep 1000`)
+	waitUntil(t, 10*time.Second, "the holder to run", func() bool { return fileText(log) == "holder\n" })
+	waiter := start(t, env, "--redis", url, "run", "--capacity", "2", "pool", "--", "sh", "-c", `echo waiter >> "$LOG"`)
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return semInspect(t, c, "pool", 2).Waiters == 1 })
+	before := semInspect(t, c, "pool", 2).Holders[0]
+
+	r := dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "pool").want(t, exitUsage)
+	if !strings.Contains(r.stderr, "--owner") {
+		t.Errorf("release of permits without --owner: %q", r.stderr)
+	}
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", before.Owner, "pool").want(t, 0)
+	for _, want := range []string{
+		"released the permits of owner " + before.Owner + ` in semaphore "pool"; they were:`,
+		`(dlock run: "the holder")`,
+		"  permits   2",
+		"  fence     " + strconv.FormatUint(before.Fence, 10),
+		"1 waiters were queued",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("release output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if code := waiter.wait(t); code != 0 {
+		t.Fatalf("waiter: exit status %d\n%s", code, waiter.stderr.String())
+	}
+	if code := holder.wait(t); code != exitLockLost {
+		t.Fatalf("holder: exit status %d, want %d\n%s", code, exitLockLost, holder.stderr.String())
+	}
+	if got := fileText(log); got != "holder\nwaiter\n" {
+		t.Errorf("log %q", got)
+	}
+
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", before.Owner, "pool").want(t, exitFailure)
+	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "nothing was removed") {
+		t.Errorf("release of an owner that holds nothing: %q", r.stderr)
+	}
+
+	l, err := c.RWMutex("pool").RLock(context.Background(), dlock.WithMetadata("json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--rwmutex", "--owner", l.Token(), "--json", "pool").want(t, 0)
+	var rep releaseReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("release --json: %v\n%s", err, r.stdout)
+	}
+	if !rep.Released || rep.Lock != nil || rep.Semaphore == nil || rep.Semaphore.Kind != "rwmutex" || rep.Holder == nil ||
+		rep.Holder.Fence != l.Fence() || rep.Holder.Holder.Data != "json" {
+		t.Errorf("release --json: %+v", rep)
+	}
+	if info, err := c.RWMutex("pool").Inspect(context.Background()); err != nil || len(info.Holders) != 0 {
+		t.Errorf("still held after release --force: %+v, %v", info, err)
+	}
+	dlockRun(t, nil, "--redis", url, "release", "--force", "--rwmutex", "--owner", ":state", "pool").want(t, exitUsage)
+}
+
+// A lock's release --force with --owner removes only that owner's hold.
+func TestReleaseForceLockOwner(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	l, err := c.Lock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "--redis", url, "release", "--force", "--owner", "0123456789abcdef0123456789abcdef", "k").want(t, exitFailure)
+	if !strings.Contains(r.stderr, "nothing was removed") || !inspect(t, c, "k").Held {
+		t.Errorf("release --owner of another token removed the lock: %q", r.stderr)
+	}
+	dlockRun(t, nil, "--redis", url, "release", "--force", "--owner", l.Token(), "k").want(t, 0)
+	if inspect(t, c, "k").Held {
+		t.Error("still held after release --force --owner of its holder")
+	}
+}
+
+// Other data at a semaphore's name: inspect and release --force say wrong
+// type, status 1.
+func TestAdminPermitsWrongType(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	if err := srv.Client(t).HSet(context.Background(), "dlock:{foreign}:semaphore", "user", "alice").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "2", "foreign").want(t, exitFailure)
+	if !strings.Contains(r.stderr, "wrong type") {
+		t.Errorf("inspect of a foreign hash: %q", r.stderr)
+	}
+	dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", "user", "foreign").want(t, exitFailure)
+}
