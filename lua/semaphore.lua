@@ -77,7 +77,7 @@ local function settle(s, now_ms, capacity, read_only)
     return
   end
   local fields = redis.call('HGETALL', KEYS[1])
-  local used, soonest = 0, nil
+  local used, soonest, expired = 0, nil, {}
   for i = 1, #fields, 2 do
     if fields[i] ~= STATE then
       local h = holder(fields[i + 1]) or not_semaphore()
@@ -85,13 +85,16 @@ local function settle(s, now_ms, capacity, read_only)
         same_capacity(h.capacity, capacity)
         used = used + h.permits
         soonest = math.min(soonest or h.expiry, h.expiry)
-      elseif not read_only then
-        redis.call('HDEL', KEYS[1], fields[i])
+      else
+        expired[#expired + 1] = fields[i]
       end
     end
   end
   s.used, s.soonest, s.capacity, s.counted = used, soonest, capacity, true
   if read_only then return end
+  -- Only now that nothing can fail: an error after an entry's HDEL would
+  -- leave the bookkeeping counting it (Redis does not roll a script back).
+  for _, field in ipairs(expired) do redis.call('HDEL', KEYS[1], field) end
   if soonest then
     redis.call('HSET', KEYS[1], STATE, state_of(s))
   else

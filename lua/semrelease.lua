@@ -28,6 +28,10 @@ if h and h.expiry > now_ms then capacity = h.capacity end
 pcall(function()
   -- A holder is not queued: its grant took it out of the queue.
   if not h then dequeue(token) end
+  -- A count whose soonest has passed may still count holders whose lease
+  -- ran out: read them all now, so that the last live holder leaving
+  -- takes the key with it instead of leaving the bookkeeping behind.
+  if h and s.soonest and now_ms >= s.soonest then settle(s, now_ms, capacity) end
   hand_over_permits(s, capacity, nil, now_ms, now_us)
 end)
 if h and h.expiry > now_ms then return 0 end
