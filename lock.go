@@ -64,6 +64,10 @@ func (l *Lock) Token() string { return l.h.lease.Token }
 // earlier holder of this key. Pass it to the protected resource and have it
 // reject writes carrying a smaller one than it has seen; that stops a holder
 // that paused past its lease. Reentrant Locks share their outer Lock's fence.
+// The Lock of a Semaphore's (or an RWMutex's) permits has a fence greater
+// than that of every earlier grant of the semaphore, but several holders
+// are live at once, so a smaller fence is not a stale one (see
+// docs/safety.md).
 func (l *Lock) Fence() uint64 { return l.h.fence }
 
 // Context returns a context that is cancelled when the lock is released or

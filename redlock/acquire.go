@@ -440,7 +440,7 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 	for i, r := range rs {
 		if r.asked && r.err != nil {
 			b.log.Debug("redlock: release after a failed attempt failed; the hold expires with its lease",
-				"key", k.lock, "node", b.nodes[i].addr, "error", r.err)
+				"key", k.lock, "kind", "lock", "node", b.nodes[i].addr, "error", r.err)
 		}
 	}
 }
