@@ -121,15 +121,7 @@ func TestReleaseForcePermits(t *testing.T) {
 			t.Errorf("release output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if code := waiter.wait(t); code != 0 {
-		t.Fatalf("waiter: exit status %d\n%s", code, waiter.stderr.String())
-	}
-	if code := holder.wait(t); code != exitLockLost {
-		t.Fatalf("holder: exit status %d, want %d\n%s", code, exitLockLost, holder.stderr.String())
-	}
-	if got := fileText(log); got != "holder\nwaiter\n" {
-		t.Errorf("log %q", got)
-	}
+	checkHandedOver(t, holder, waiter, log)
 
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", before.Owner, "pool").want(t, exitFailure)
 	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "nothing was removed") {

@@ -156,15 +156,7 @@ func TestReleaseForce(t *testing.T) {
 			t.Errorf("release output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if code := waiter.wait(t); code != 0 {
-		t.Fatalf("waiter: exit status %d\n%s", code, waiter.stderr.String())
-	}
-	if code := holder.wait(t); code != exitLockLost {
-		t.Fatalf("holder: exit status %d, want %d\n%s", code, exitLockLost, holder.stderr.String())
-	}
-	if got := fileText(log); got != "holder\nwaiter\n" {
-		t.Errorf("log %q", got)
-	}
+	checkHandedOver(t, holder, waiter, log)
 
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "stuck").want(t, exitFailure)
 	if got := lines(r.stderr); len(got) != 1 || got[0] != `dlock: lock "stuck" is not held; nothing was removed` {
@@ -297,5 +289,21 @@ func TestAdminHashThatIsNotALock(t *testing.T) {
 	r := dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
 	if strings.Contains(r.stdout, "foreign") {
 		t.Errorf("list --long shows a hash that is not a lock:\n%s", r.stdout)
+	}
+}
+
+// checkHandedOver waits for the dlock run processes of a force release:
+// the holder, which must have exited for its lost lock, and the waiter,
+// which ran its command after it (as log shows) and exited 0.
+func checkHandedOver(t *testing.T, holder, waiter *proc, log string) {
+	t.Helper()
+	if code := waiter.wait(t); code != 0 {
+		t.Fatalf("waiter: exit status %d\n%s", code, waiter.stderr.String())
+	}
+	if code := holder.wait(t); code != exitLockLost {
+		t.Fatalf("holder: exit status %d, want %d\n%s", code, exitLockLost, holder.stderr.String())
+	}
+	if got := fileText(log); got != "holder\nwaiter\n" {
+		t.Errorf("log %q", got)
 	}
 }

@@ -159,13 +159,11 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	check("dlock.reentries", "dlock.key.group=invoice,dlock.kind=lock,dlock.outcome=reentered", 1)
 	check("dlock.lost", "dlock.key.group=job,dlock.kind=lock,dlock.reason=expired", 1)
 	// One name, three kinds: separate points (as Kinds documents).
-	for kind, want := range map[string]struct{ acquired, released float64 }{
-		"lock": {1, 1}, "semaphore": {3, 2}, "rwmutex": {1, 1},
-	} {
-		check("dlock.acquire.attempts", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock", want.acquired)
-		check("dlock.acquisitions", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock,dlock.outcome=acquired", want.acquired)
+	for kind, want := range traffic.KindCounts {
+		check("dlock.acquire.attempts", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock", want.Acquired)
+		check("dlock.acquisitions", "dlock.key.group=shared,dlock.kind="+kind+",dlock.mode=lock,dlock.outcome=acquired", want.Acquired)
 		check("dlock.acquire.pending", "dlock.key.group=shared,dlock.kind="+kind, 0)
-		check("dlock.releases", "dlock.key.group=shared,dlock.kind="+kind+",dlock.outcome=released", want.released)
+		check("dlock.releases", "dlock.key.group=shared,dlock.kind="+kind+",dlock.outcome=released", want.Released)
 	}
 	if n := collect(t, reader, "dlock.hold.duration")["dlock.key.group=shared,dlock.kind=lock"].count; n != 1 {
 		t.Errorf("dlock.hold.duration{dlock.key.group=shared,dlock.kind=lock} count = %v, want 1", n)

@@ -128,13 +128,11 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	check("dlock_reentries_total", "group=invoice,kind=lock,outcome=reentered", 1)
 	check("dlock_lost_total", "group=job,kind=lock,reason=expired", 1)
 	// One name, three kinds: separate series (as Kinds documents).
-	for kind, want := range map[string]struct{ acquired, released float64 }{
-		"lock": {1, 1}, "semaphore": {3, 2}, "rwmutex": {1, 1},
-	} {
-		check("dlock_acquire_attempts_total", "group=shared,kind="+kind+",mode=lock", want.acquired)
-		check("dlock_acquisitions_total", "group=shared,kind="+kind+",mode=lock,outcome=acquired", want.acquired)
+	for kind, want := range traffic.KindCounts {
+		check("dlock_acquire_attempts_total", "group=shared,kind="+kind+",mode=lock", want.Acquired)
+		check("dlock_acquisitions_total", "group=shared,kind="+kind+",mode=lock,outcome=acquired", want.Acquired)
 		check("dlock_acquires_in_flight", "group=shared,kind="+kind, 0)
-		check("dlock_releases_total", "group=shared,kind="+kind+",outcome=released", want.released)
+		check("dlock_releases_total", "group=shared,kind="+kind+",outcome=released", want.Released)
 	}
 	if n := scrape(t, reg, "dlock_hold_seconds")["group=shared,kind=lock"].count; n != 1 {
 		t.Errorf("dlock_hold_seconds{group=shared,kind=lock} count = %v, want 1", n)

@@ -164,6 +164,13 @@ func (g *Generator) RenewAndLose(renewals, lost func() float64) {
 // once; its group is "shared".
 const Shared = "shared:1"
 
+// KindCounts is what Kinds makes in group "shared", by kind: acquisitions
+// (mode lock, outcome acquired) and releases (outcome released). The
+// semaphore's third acquisition is the permit left to expire.
+var KindCounts = map[string]struct{ Acquired, Released float64 }{
+	"lock": {1, 1}, "semaphore": {3, 2}, "rwmutex": {1, 1},
+}
+
 // Kinds takes a lock, a semaphore and an RWMutex all named Shared, so that
 // only the kind tells their metrics apart. The metrics are read by kind
 // ("lock", "semaphore" or "rwmutex") in group "shared": pending, the count
@@ -172,11 +179,9 @@ const Shared = "shared:1"
 // for the semaphore while a second Acquire waits for its only permit,
 // until renewals reports 1 or more for the RWMutex, and until lost reports
 // 1 for a semaphore's permit whose lease ran out, and fails the test if
-// any takes over 5 seconds. In group "shared" that makes, with mode lock
-// and outcome acquired: 1 acquisition of the lock, 3 of the semaphore and
-// 1 of the RWMutex; releases (all with outcome released): 1 of the lock,
-// 2 of the semaphore and 1 of the RWMutex; 1 hold of the lock; and nothing
-// left pending.
+// any takes over 5 seconds. In group "shared" that makes the acquisitions
+// and releases of KindCounts, 1 hold of the lock, and nothing left
+// pending.
 func (g *Generator) Kinds(pending, renewals, lost func(kind string) float64) {
 	g.t.Helper()
 	ctx := context.Background()
