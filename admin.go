@@ -130,18 +130,54 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 	return nil
 }
 
+// ListOption configures List.
+type ListOption func(*listConfig)
+
+type listConfig struct {
+	kind string
+}
+
+// WithKind makes List list the names of another kind of thing than locks:
+// "semaphore" (Client.Semaphore) or "rwmutex" (Client.RWMutex), the Kind
+// of their Observer events; "lock" is the default. Any other kind is an
+// error wrapping ErrInvalidOption.
+func WithKind(kind string) ListOption {
+	return func(c *listConfig) { c.kind = kind }
+}
+
 // List returns the names of the locks that exist (held now) whose names
-// match pattern (a Redis glob; "" or "*" for all). It walks the keyspace
-// with SCAN, never KEYS, on every master of a cluster. SCAN filters by name
-// and type only: a name may be that of a lock released while the scan ran,
-// or of a hash that other code stored at a lock's name (Inspect says
-// ErrWrongType for it), since telling those apart costs a command per key;
-// Inspect each name for the locks' state. A pattern that leaves a
-// character class open, as Redis reads it ('[' without its ']', or whose
-// ']' ends a range: "a[b-]") is an error wrapping ErrInvalidOption. On a
-// Client made by redlock.New it returns an error wrapping
-// errors.ErrUnsupported.
-func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
+// match pattern (a Redis glob; "" or "*" for all); with WithKind, those of
+// the semaphores or RWMutexes that have holders. It walks the keyspace
+// with SCAN, never KEYS, on every master of a cluster. SCAN filters by
+// name and type only: a name may be that of a lock released while the
+// scan ran, or of a hash that other code stored at a lock's name (Inspect
+// says ErrWrongType for it), since telling those apart costs a command
+// per key; Inspect each name for the locks' state (Semaphore.Inspect for
+// a semaphore's: it reads the holders' capacity, whatever the
+// Semaphore's). A pattern that leaves a character class open, as Redis
+// reads it ('[' without its ']', or whose ']' ends a range: "a[b-]") is
+// an error wrapping ErrInvalidOption. On a Client made by redlock.New it
+// returns an error wrapping errors.ErrUnsupported.
+func (c *Client) List(ctx context.Context, pattern string, opts ...ListOption) ([]string, error) {
+	cfg := listConfig{kind: "lock"}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	// A lock's name ends with the '}' that closes its tag, a semaphore's
+	// holders hash with "}:" and its kind (keysOf): their other names have
+	// a suffix of their own after these, so a pass of one kind matches
+	// neither another kind's names nor the fence, queue and waiters.
+	var end string
+	switch cfg.kind {
+	case "lock":
+		end = "}"
+	case "semaphore", "rwmutex":
+		end = "}:" + cfg.kind
+	default:
+		return nil, fmt.Errorf("%w: list kind %q: want \"lock\", \"semaphore\" or \"rwmutex\"", ErrInvalidOption, cfg.kind)
+	}
 	n, err := c.admin("*")
 	if err != nil {
 		return nil, err
@@ -164,11 +200,11 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	}
 	p := globEscape(n.prefix) + "{"
 	passes := []pass{
-		{p + pattern + "}", func(escaped bool) bool { return !escaped }},
-		{p + backend.KeyEscape + pattern + "}", func(escaped bool) bool { return escaped }},
+		{p + pattern + end, func(escaped bool) bool { return !escaped }},
+		{p + backend.KeyEscape + pattern + end, func(escaped bool) bool { return escaped }},
 	}
 	if pattern == "*" {
-		passes = []pass{{p + "*}", func(bool) bool { return true }}}
+		passes = []pass{{p + "*" + end, func(bool) bool { return true }}}
 	}
 	var mu sync.Mutex // cluster masters are scanned concurrently
 	seen := make(map[string]bool)
@@ -178,7 +214,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 			it := rdb.ScanType(ctx, 0, ps.match, 500, "hash").Iterator()
 			for it.Next(ctx) {
 				k := it.Val()
-				tag := k[len(n.prefix)+1 : len(k)-1]
+				tag := k[len(n.prefix)+1 : len(k)-len(end)]
 				key := backend.KeyOfTag(tag)
 				mu.Lock()
 				// SCAN may return a key more than once.
@@ -208,8 +244,8 @@ func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	return names, nil
 }
 
-// closedGlob returns pattern ready to be followed by the literal '}' of a
-// lock's name, reading it as Redis does (stringmatchlen): a trailing
+// closedGlob returns pattern ready to be followed by the literal '}' that
+// closes a tag in List, reading it as Redis does (stringmatchlen): a trailing
 // backslash matches itself, so it is escaped, not left to escape the '}';
 // a class left open would take the '}' in, so ok is false.
 func closedGlob(p string) (string, bool) {

@@ -391,3 +391,123 @@ func TestReleaseWithWrongTypeQueueCompletes(t *testing.T) {
 		}
 	}
 }
+
+// List lists one kind at a time: locks by default, with WithKind the
+// semaphores or RWMutexes that have holders, never another kind's names
+// (a lock, a semaphore and an RWMutex of one name are three things) nor
+// the fence, queue and waiters names of any kind, which exist here for
+// each (a waiter is queued on "x" of every kind).
+func TestListKinds(t *testing.T) {
+	c, rdb, _ := newTestClient(t, noPolling)
+	ctx := context.Background()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var waiting []<-chan lockResult
+	for _, k := range []string{"x", "l", "y}:semaphore"} {
+		defer mustLock(t, c, k).Unlock(ctx)
+	}
+	waiting = append(waiting, inBackground(func() (*Lock, error) { return c.Lock(wctx, "x") }))
+	waitUntil(t, 5*time.Second, "the lock's waiter to queue", func() bool {
+		info, _ := c.Inspect(ctx, "x")
+		return info != nil && info.Waiters == 1
+	})
+	sems := []string{"x", "s1", "}a", "a}b", "\xffb", "y}"}
+	for _, name := range sems {
+		l, err := c.Semaphore(name, 1).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+	}
+	waiting = append(waiting, acquireAsync(wctx, c.Semaphore("x", 1), 1))
+	waitSemQueued(t, rdb, c.Semaphore("x", 1), 1)
+	for _, name := range []string{"x", "r"} {
+		l, err := c.RWMutex(name).RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+	}
+	waiting = append(waiting, inBackground(func() (*Lock, error) { return c.RWMutex("x").Lock(wctx) }))
+	waitSemQueued(t, rdb, &c.RWMutex("x").s, 1)
+	// The names of every kind that List must not return are there.
+	for _, k := range []*lockKeys{c.keys("x"), semKeys(c.Semaphore("x", 1)), semKeys(&c.RWMutex("x").s)} {
+		if n := rdb.Exists(ctx, k.fence, k.queue, k.waiters).Val(); n != 3 {
+			t.Fatalf("%s: %d of its fence, queue and waiters names exist, want 3", k.lock, n)
+		}
+	}
+
+	for _, tc := range []struct {
+		opts    []ListOption
+		pattern string
+		want    []string
+	}{
+		{nil, "", []string{"l", "x", "y}:semaphore"}},
+		{[]ListOption{WithKind("lock")}, "", []string{"l", "x", "y}:semaphore"}},
+		{[]ListOption{WithKind("semaphore")}, "", []string{"a}b", "s1", "x", "y}", "}a", "\xffb"}},
+		{[]ListOption{WithKind("rwmutex")}, "*", []string{"r", "x"}},
+		{[]ListOption{WithKind("semaphore")}, "?", []string{"x"}},
+		{[]ListOption{WithKind("semaphore")}, "}*", []string{"}a"}},
+		{[]ListOption{WithKind("semaphore")}, "\xff*", []string{"\xffb"}},
+		{[]ListOption{WithKind("semaphore")}, "y*", []string{"y}"}},
+		{[]ListOption{WithKind("semaphore")}, "*b", []string{"a}b", "\xffb"}},
+		{[]ListOption{WithKind("rwmutex")}, "s*", []string{}},
+		{[]ListOption{nil, WithKind("rwmutex"), WithKind("semaphore")}, "s?", []string{"s1"}}, // the last kind counts
+	} {
+		got, err := c.List(ctx, tc.pattern, tc.opts...)
+		if got == nil {
+			got = []string{}
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			var kind listConfig
+			for _, o := range tc.opts {
+				if o != nil {
+					o(&kind)
+				}
+			}
+			t.Errorf("List(%q, kind %q) = %q, %v; want %q", tc.pattern, kind.kind, got, err, tc.want)
+		}
+	}
+	for _, kind := range []string{"", "Semaphore", "locks", "semaphore:fence"} {
+		if got, err := c.List(ctx, "", WithKind(kind)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("List(kind %q) = %q, %v; want ErrInvalidOption", kind, got, err)
+		}
+	}
+	cancel()
+	for _, w := range waiting {
+		if r := <-w; !errors.Is(r.err, context.Canceled) {
+			t.Errorf("a waiter that gave up: %v", r.err)
+		}
+	}
+}
+
+// A semaphore is listed while it has holders: its holders hash goes with
+// the last one.
+func TestListSemaphoreWithoutHolders(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	check := func(want ...string) {
+		t.Helper()
+		if got, err := c.List(ctx, "", WithKind("semaphore")); err != nil || len(got)+len(want) > 0 && !slices.Equal(got, want) {
+			t.Errorf("List(semaphores) = %q, %v; want %q", got, err, want)
+		}
+	}
+	a, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("pool")
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("pool")
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}

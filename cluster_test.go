@@ -151,6 +151,35 @@ func testClusterPrimitives(t *testing.T, cl *redistest.Cluster) {
 	if !slices.Equal(names, want) {
 		t.Errorf("List = %v, want %v", names, want)
 	}
+	// A semaphore and an RWMutex of each name, on the masters of the
+	// locks: each kind is listed from every master, apart from the others.
+	var permits []*Lock
+	for _, key := range keys {
+		s, err := c.Semaphore(key, 2).TryAcquire(ctx, 1)
+		if err != nil {
+			t.Fatalf("semaphore %q: %v", key, err)
+		}
+		r, err := c.RWMutex(key).TryRLock(ctx)
+		if err != nil {
+			t.Fatalf("rwmutex %q: %v", key, err)
+		}
+		permits = append(permits, s, r)
+	}
+	for _, kind := range []string{"lock", "semaphore", "rwmutex"} {
+		if names, err := other.List(ctx, "", WithKind(kind)); err != nil || !slices.Equal(names, want) {
+			t.Errorf("List(%s) = %v, %v; want %v", kind, names, err, want)
+		}
+	}
+	for _, l := range permits {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("%q: Unlock: %v", l.Key(), err)
+		}
+	}
+	for _, kind := range []string{"semaphore", "rwmutex"} {
+		if names, err := other.List(ctx, "", WithKind(kind)); err != nil || len(names) != 0 {
+			t.Errorf("%s names left after Unlock: %v, %v", kind, names, err)
+		}
+	}
 
 	for _, l := range locks {
 		// Reentry, Extend and TTL reach the key's master.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,4 +180,103 @@ func TestAdminPermitsWrongType(t *testing.T) {
 		t.Errorf("inspect of a foreign hash: %q", r.stderr)
 	}
 	dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", "user", "foreign").want(t, exitFailure)
+}
+
+// list --kind lists the semaphores or RWMutexes that have holders, each
+// kind apart from the others and from the locks; --long inspects each and
+// leaves out a name with no live holder (here a holder whose lease ran
+// out) and another program's hash at a semaphore's name, which SCAN cannot
+// tell from a semaphore.
+func TestListKinds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	rdb := srv.Client(t)
+	c, err := dlock.New(rdb, dlock.WithClientName("admin-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	take := func(l *dlock.Lock, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	take(c.Lock(ctx, "enc"))
+	take(c.Semaphore("enc", 3).Acquire(ctx, 2))
+	take(c.Semaphore("enc", 3).Acquire(ctx, 1))
+	take(c.Semaphore("jobs", 5).Acquire(ctx, 1))
+	take(c.RWMutex("doc").Lock(ctx))
+	take(c.RWMutex("cfg").RLock(ctx))
+	take(c.RWMutex("cfg").RLock(ctx))
+	if err := rdb.HSet(ctx, "dlock:{ghost}:semaphore", "00000000000000000000000000000000", "1 1 3 7 0 {}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "dlock:{foreign}:semaphore", "user", "alice").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"enc"}},
+		{[]string{"--kind", "lock"}, []string{"enc"}},
+		{[]string{"--kind", "semaphore"}, []string{"enc", "foreign", "ghost", "jobs"}},
+		{[]string{"--kind", "semaphore", "[ej]*"}, []string{"enc", "jobs"}},
+		{[]string{"--kind", "rwmutex"}, []string{"cfg", "doc"}},
+		{[]string{"--kind", "rwmutex", "d*"}, []string{"doc"}},
+	} {
+		r := dlockRun(t, nil, append([]string{"--redis", url, "list"}, tc.args...)...).want(t, 0)
+		if got := lines(r.stdout); !slices.Equal(got, tc.want) {
+			t.Errorf("list %q: %q, want %q", tc.args, got, tc.want)
+		}
+	}
+
+	r := dlockRun(t, nil, "--redis", url, "list", "--kind", "semaphore", "--long").want(t, 0)
+	if got, want := table(r.stdout), [][]string{
+		{"KEY", "IN", "USE", "CAPACITY", "HOLDERS", "WAITERS"},
+		{"enc", "3", "3", "2", "0"},
+		{"jobs", "1", "5", "1", "0"},
+	}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("list --kind semaphore --long:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--kind", "rwmutex", "--long").want(t, 0)
+	if got, want := table(r.stdout), [][]string{
+		{"KEY", "MODE", "HOLDERS", "WAITERS"},
+		{"cfg", "read", "2", "0"},
+		{"doc", "write", "1", "0"},
+	}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("list --kind rwmutex --long:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--kind", "semaphore", "--long", "--json").want(t, 0)
+	var infos []dlock.SemaphoreInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 2 {
+		t.Fatalf("list --kind semaphore --long --json: %v\n%s", err, r.stdout)
+	}
+	if i := infos[0]; i.Key != "enc" || i.Kind != "semaphore" || i.Capacity != 3 || i.InUse != 3 || len(i.Holders) != 2 || i.Holders[0].Holder.Client != "admin-test" {
+		t.Errorf("list --kind semaphore --long --json: %+v", i)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--kind", "rwmutex", "--long", "--json", "nothing*").want(t, 0)
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("list --kind rwmutex --long --json of none: %q", r.stdout)
+	}
+
+	for _, bad := range []string{"locks", "Semaphore", ""} {
+		r := dlockRun(t, nil, "--redis", url, "list", "--kind", bad).want(t, exitUsage)
+		if !strings.Contains(r.stderr, "--kind") {
+			t.Errorf("list --kind %q: %q", bad, r.stderr)
+		}
+	}
+}
+
+// table splits output into its non-empty lines' fields.
+func table(s string) [][]string {
+	var out [][]string
+	for _, l := range lines(s) {
+		out = append(out, strings.Fields(l))
+	}
+	return out
 }

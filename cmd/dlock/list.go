@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -11,11 +12,15 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
+// listKinds are the values of list --kind: the library's (dlock.WithKind).
+var listKinds = []string{"lock", "semaphore", "rwmutex"}
+
 func (a *app) listCmd() *cobra.Command {
 	var asJSON, long bool
+	var kind string
 	cmd := &cobra.Command{
 		Use:   "list [PATTERN]",
-		Short: "List the locks that are held",
+		Short: "List the locks (or semaphores, RWMutexes) that are held",
 		Long: `List prints the names of the locks held now under --prefix, one a line,
 sorted (a name that is not printable UTF-8, or starts with '"', is quoted as
 a Go string). PATTERN is a Redis glob on the lock name (*, ?, [abc];
@@ -23,10 +28,19 @@ default all).
 It walks the keyspace with SCAN, never KEYS, on every master of a cluster, so
 it does not block Redis. With --long it also inspects each lock, and leaves
 out the names SCAN cannot tell apart: a lock released meanwhile, and a hash
-that other code stored at a lock's name.`,
+that other code stored at a lock's name.
+
+With --kind semaphore it lists the semaphores that have holders instead
+(those of run --capacity and inspect --capacity), and with --kind rwmutex
+the readers-writer locks (inspect --rwmutex): a lock, a semaphore and an
+RWMutex of one name are three things, each listed with its kind only.
+With --long it shows each one's permits in use and capacity (the holders'
+own), or whether it is read or write locked, with its holders and waiters,
+and leaves out those nobody holds now and other code's hashes.`,
 		Example: `  dlock list
   dlock list 'import:*'
-  dlock list --long --json`,
+  dlock list --long --json
+  dlock list --kind semaphore --long`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usagef("list takes at most one PATTERN (quote it so the shell does not expand it)")
@@ -34,6 +48,9 @@ that other code stored at a lock's name.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(listKinds, kind) {
+				return usagef("--kind %q: must be lock, semaphore or rwmutex", kind)
+			}
 			pattern := ""
 			if len(args) == 1 {
 				pattern = args[0]
@@ -45,7 +62,7 @@ that other code stored at a lock's name.`,
 				return err
 			}
 			defer c.Close()
-			names, err := c.locks.List(ctx, pattern)
+			names, err := c.locks.List(ctx, pattern, dlock.WithKind(kind))
 			if err != nil {
 				return redisFailure(err)
 			}
@@ -62,6 +79,9 @@ that other code stored at a lock's name.`,
 					}
 				}
 				return nil
+			}
+			if kind != "lock" {
+				return a.listPermits(ctx, c.locks, kind, names, asJSON)
 			}
 			infos := []*dlock.LockInfo{}
 			for _, n := range names {
@@ -87,7 +107,54 @@ that other code stored at a lock's name.`,
 			return outputFailed(tw.Flush())
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (of names, or of LockInfo with --long)")
-	cmd.Flags().BoolVarP(&long, "long", "l", false, "inspect each lock: lease left, fence, waiters, holder")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (of names, or of LockInfo, or SemaphoreInfo, with --long)")
+	cmd.Flags().BoolVarP(&long, "long", "l", false, "inspect each: lease left, fence, waiters, holder (a semaphore's permits in use, an RWMutex's mode, holders, waiters)")
+	cmd.Flags().StringVar(&kind, "kind", "lock", "what to list: lock, semaphore or rwmutex")
+	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions(listKinds, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// listPermits prints list --long of the semaphores or RWMutexes names
+// (kind), inspected each; it leaves out those nobody holds now (the last
+// holder left since SCAN saw them) and hashes that other code stored at
+// their names.
+func (a *app) listPermits(ctx context.Context, c *dlock.Client, kind string, names []string, asJSON bool) error {
+	infos := []*dlock.SemaphoreInfo{}
+	for _, n := range names {
+		var p permitsAdmin = c.RWMutex(n)
+		if kind == "semaphore" {
+			p = c.Semaphore(n, 1) // Inspect reads the holders' capacity, whatever this one
+		}
+		info, err := p.Inspect(ctx)
+		if errors.Is(err, dlock.ErrWrongType) {
+			continue
+		}
+		if err != nil {
+			return redisFailure(err)
+		}
+		if len(info.Holders) > 0 {
+			infos = append(infos, info)
+		}
+	}
+	if asJSON {
+		return writeJSON(a.stdout, infos)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	if kind == "semaphore" {
+		fmt.Fprintln(tw, "KEY\tIN USE\tCAPACITY\tHOLDERS\tWAITERS")
+	} else {
+		fmt.Fprintln(tw, "KEY\tMODE\tHOLDERS\tWAITERS")
+	}
+	for _, i := range infos {
+		if kind == "semaphore" {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", keyText(i.Key), i.InUse, i.Capacity, len(i.Holders), i.Waiters)
+			continue
+		}
+		mode := "read"
+		if i.InUse >= dlock.MaxPermits {
+			mode = "write"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", keyText(i.Key), mode, len(i.Holders), i.Waiters)
+	}
+	return outputFailed(tw.Flush())
 }

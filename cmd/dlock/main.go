@@ -4,6 +4,7 @@
 //	dlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
 //	dlock inspect KEY [--json]                  show a lock's state and holder
 //	dlock list [PATTERN]                        list the locks that are held
+//	dlock list --kind semaphore [PATTERN]       list the semaphores held (or --kind rwmutex)
 //	dlock release --force KEY                   remove a stuck lock
 //	dlock demo                                  show the lock at work, with real processes
 //	dlock bench                                 measure dlock on a Redis server
