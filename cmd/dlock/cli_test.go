@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,23 @@ func TestCompletion(t *testing.T) {
 	r := dlockRun(t, nil, "__complete", "--redis", sharedURL(), "inspect", "complete-me").want(t, 0)
 	if got := lines(r.stdout); len(got) != 2 || got[0] != "complete-me:1" || got[1] != ":4" {
 		t.Errorf("completion of inspect complete-me: %q", got)
+	}
+	// With --capacity or --rwmutex, the names of those that have holders.
+	p, err := c.Semaphore("complete-me:2", 2).Acquire(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Unlock(context.Background())
+	for _, kind := range [][]string{{"--capacity", "2"}, {"--rwmutex"}} {
+		args := append([]string{"__complete", "--redis", sharedURL(), "release", "--force"}, kind...)
+		r := dlockRun(t, nil, append(args, "complete-me")...).want(t, 0)
+		want := []string{"complete-me:2", ":4"}
+		if kind[0] == "--rwmutex" {
+			want = []string{":4"}
+		}
+		if got := lines(r.stdout); !slices.Equal(got, want) {
+			t.Errorf("completion of release --force %v complete-me: %q, want %q", kind, got, want)
+		}
 	}
 	// A URL every command rejects completes nothing (go-redis would panic).
 	r = dlockRun(t, nil, "__complete", "--redis", sharedURL()+"?pool_size=-1", "inspect", "").want(t, 0)
