@@ -93,6 +93,11 @@ func WithExpectedOwner(token string) ForceReleaseOption {
 	return func(c *forceReleaseConfig) { c.owner, c.ownerSet = token, true }
 }
 
+// isToken reports whether s may be an owner token: tokens are hex, and
+// the other fields of a lock's or a semaphore's hash start with ':', so an
+// operator's typo must not name one of those.
+func isToken(s string) bool { return s != "" && !strings.HasPrefix(s, ":") }
+
 // ForceRelease removes a lock whoever holds it (or only its expected owner,
 // WithExpectedOwner), for an operator clearing a stuck lock; the next
 // waiter gets it. The holder is not told until its next renewal. It
@@ -105,8 +110,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 			o(&cfg)
 		}
 	}
-	// The lock hash's other fields start with ':'.
-	if cfg.ownerSet && (cfg.owner == "" || strings.HasPrefix(cfg.owner, ":")) {
+	if cfg.ownerSet && !isToken(cfg.owner) {
 		return fmt.Errorf("%w: expected owner %q is not a token", ErrInvalidOption, cfg.owner)
 	}
 	n, err := c.admin(key)

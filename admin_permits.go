@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -79,8 +78,7 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 // queued waiter (Inspect shows none) holds nothing, but it leaves the
 // queue as a waiter giving up would, and joins it again at the back.
 func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
-	// Tokens are hex: a name starting with ':' is a bookkeeping field.
-	if token == "" || strings.HasPrefix(token, ":") {
+	if !isToken(token) {
 		return fmt.Errorf("%w: owner %q is not a token", ErrInvalidOption, token)
 	}
 	n, k, err := s.admin()

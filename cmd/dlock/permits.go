@@ -44,6 +44,9 @@ type permitsAdmin interface {
 	ForceRelease(ctx context.Context, token string) error
 }
 
+// named reports whether KEY names a semaphore or an RWMutex, not a lock.
+func (f *kindFlags) named() bool { return f.rwmutex || f.capacity > 0 }
+
 // permits returns the semaphore or RWMutex KEY names, or nil for a lock.
 func (f *kindFlags) permits(c *dlock.Client, key string) permitsAdmin {
 	switch {

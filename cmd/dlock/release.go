@@ -63,6 +63,11 @@ token holds no permits, nothing is removed and it exits with status 1.`,
 			if ownerSet && (owner == "" || strings.HasPrefix(owner, ":")) {
 				return usagef("--owner %q: not an owner token", owner)
 			}
+			// Usage is checked before connecting (exit 64 whether or not
+			// Redis can be reached).
+			if kind.named() && !ownerSet {
+				return usagef("release --force of a semaphore's permits needs --owner TOKEN (dlock inspect shows the holders' tokens)")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
 			c, err := a.connect(ctx, "dlock release")
@@ -71,9 +76,6 @@ token holds no permits, nothing is removed and it exits with status 1.`,
 			}
 			defer c.Close()
 			if p := kind.permits(c.locks, key); p != nil {
-				if !ownerSet {
-					return usagef("release --force of a semaphore's permits needs --owner TOKEN (dlock inspect shows the holders' tokens)")
-				}
 				return a.releasePermits(ctx, p, key, owner, asJSON)
 			}
 			info, err := c.locks.Inspect(ctx, key)

@@ -86,9 +86,9 @@ permits' worth of commands run at once across every machine, waiting in
 arrival order. Leases, signals, --max-hold and loss work for the permits as
 for a lock, but not fencing: several holders are live at once, so a resource
 must not reject a DLOCK_FENCE smaller than the largest it has seen (that
-would refuse holders whose permits are still good). inspect, list and
-release --force handle locks only, and a refusal (status 75) does not name
-the holders.
+would refuse holders whose permits are still good). inspect and release
+--force take --capacity M too, and list --kind semaphore; a refusal
+(status 75) does not name the holders.
 
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
@@ -163,8 +163,11 @@ func (f *runFlags) validate(cmd *cobra.Command) error {
 		return usagef("--grace %v: must not be negative", f.grace)
 	case f.maxHold < 0:
 		return usagef("--max-hold %v: must not be negative", f.maxHold)
-	case checkCapacity(cmd, f.capacity) != nil:
-		return checkCapacity(cmd, f.capacity)
+	}
+	if err := checkCapacity(cmd, f.capacity); err != nil {
+		return err
+	}
+	switch {
 	case cmd.Flags().Changed("permits") && f.capacity == 0:
 		return usagef("--permits needs --capacity: KEY is a lock otherwise")
 	case f.capacity > 0 && (f.permits < 1 || f.permits > f.capacity):
