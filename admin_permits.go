@@ -75,8 +75,7 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 // wrapping ErrNotHeld if token holds no permits (released, lease run out,
 // or never granted), ErrInvalidOption if token is not a token, and
 // errors.ErrUnsupported on a Client made by redlock.New. The token of a
-// queued waiter (Inspect shows none) holds nothing, but it leaves the
-// queue as a waiter giving up would, and joins it again at the back.
+// queued waiter holds nothing: it keeps its place.
 func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
 	if !isToken(token) {
 		return fmt.Errorf("%w: owner %q is not a token", ErrInvalidOption, token)
@@ -86,7 +85,7 @@ func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
 		return err
 	}
 	// The release script of an Unlock: it hands the permits over too.
-	left, err := k.scripts().release.script.Run(ctx, n.rdb, k.all(), token, s.capacity).Int64()
+	left, err := k.scripts().release.script.Run(ctx, n.rdb, k.all(), token, s.capacity, "holder").Int64()
 	if err != nil {
 		return redisError(s.kind+" force release", s.name, err)
 	}

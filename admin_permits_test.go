@@ -97,6 +97,17 @@ func TestSemaphoreForceReleaseHandsOver(t *testing.T) {
 	got := acquireAsync(ctx, s, 1)
 	waitSemQueued(t, rdb, s, 1)
 	notYet(t, got, "the waiter")
+	// A waiter's token holds nothing, and keeps its place in the queue.
+	queued := rdb.ZRange(ctx, semKeys(s).queue, 0, -1).Val()
+	if len(queued) != 1 {
+		t.Fatalf("queue %q, want the one waiter", queued)
+	}
+	if err := s.ForceRelease(ctx, queued[0]); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("ForceRelease of a waiter's token = %v, want ErrNotHeld", err)
+	}
+	if n := rdb.ZCard(ctx, semKeys(s).queue).Val(); n != 1 {
+		t.Fatalf("%d waiters queued after ForceRelease of the waiter's token, want it still there", n)
+	}
 	if err := s.ForceRelease(ctx, stuck.Token()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,14 @@
 -- had run out, or it never held any).
 -- A holders key of another type is an error, but a waiter giving up still
 -- leaves the queue (as in release.lua): its entry would be handed permits
--- once that value is gone.
+-- once that value is gone. With ARGV[3] 'holder' (an operator's
+-- ForceRelease), only a holder is released: a waiter keeps its place.
 local token, capacity = ARGV[1], tonumber(ARGV[2])
+local leave = ARGV[3] ~= 'holder'
 local now_ms, now_us = clock()
 local ok, s = pcall(open, token)
 if not ok then
-  pcall(dequeue, token)
+  if leave then pcall(dequeue, token) end
   -- pcall gives the error as its message (Redis 7), which returned as it
   -- is would be a plain string, not an error reply.
   if type(s) == 'table' then return s end
@@ -27,7 +29,7 @@ if h and h.expiry > now_ms then capacity = h.capacity end
 -- data at its names: Redis does not roll a failed script back).
 pcall(function()
   -- A holder is not queued: its grant took it out of the queue.
-  if not h then dequeue(token) end
+  if not h and leave then dequeue(token) end
   -- A count whose soonest has passed may still count holders whose lease
   -- ran out: read them all now, so that the last live holder leaving
   -- takes the key with it instead of leaving the bookkeeping behind.
