@@ -189,14 +189,7 @@ func TestAdminPermitsWrongType(t *testing.T) {
 // tell from a semaphore.
 func TestListKinds(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	url := redisURL(srv.Addr())
-	rdb := srv.Client(t)
-	c, err := dlock.New(rdb, dlock.WithClientName("admin-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	url, c, rdb := adminServerAndConn(t)
 	ctx := context.Background()
 	take := func(l *dlock.Lock, err error) {
 		t.Helper()

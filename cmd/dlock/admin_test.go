@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
@@ -22,14 +24,22 @@ import (
 // test's locks) and a library Client on it named "admin-test".
 func adminServer(t *testing.T) (url string, c *dlock.Client) {
 	t.Helper()
+	url, c, _ = adminServerAndConn(t)
+	return url, c
+}
+
+// adminServerAndConn is adminServer, with a go-redis client of the
+// server's for the test's own commands.
+func adminServerAndConn(t *testing.T) (url string, c *dlock.Client, rdb *redis.Client) {
+	t.Helper()
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	rdb = srv.Client(t)
 	c, err := dlock.New(rdb, dlock.WithClientName("admin-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return redisURL(srv.Addr()), c
+	return redisURL(srv.Addr()), c, rdb
 }
 
 func TestInspect(t *testing.T) {
