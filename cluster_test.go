@@ -479,6 +479,18 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 			if n := rc.Exists(ctx, c.keys(key).lock).Val(); n != 0 {
 				t.Fatalf("%q: replica still has the lock right after Unlock", key)
 			}
+			// Permits likewise, on the same master (the names share the tag).
+			s := c.Semaphore(key, 2)
+			p, err := s.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rc.HExists(ctx, semKeys(s).lock, p.Token()).Val() {
+				t.Fatalf("%q: replica of %s has no entry right after Semaphore.Acquire", key, m)
+			}
+			if err := p.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 
@@ -497,6 +509,9 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 			}
 			if info, _ := c.Inspect(ctx, key); info.Held {
 				t.Fatalf("%q: a grant that failed closed is still held", key)
+			}
+			if _, err := c.Semaphore(key, 2).TryAcquire(ctx, 1); !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("%q on the stalled master: TryAcquire = %v, want ErrNotReplicated", key, err)
 			}
 			continue
 		}
@@ -541,8 +556,13 @@ func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster, replicas []*redi
 	replicaOf[stalled].Resume(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(reports) != 1 || reports[0].Op != "acquire" || reports[0].Acked != 0 || reports[0].Wanted != 1 {
-		t.Errorf("reports = %+v, want one acquire with 0 of 1 acknowledgements", reports)
+	if len(reports) != 2 {
+		t.Fatalf("reports = %+v, want two (the lock's and the permits' acquire)", reports)
+	}
+	for i, kind := range []string{"lock", "semaphore"} {
+		if r := reports[i]; r.Op != "acquire" || r.Kind != kind || r.Acked != 0 || r.Wanted != 1 {
+			t.Errorf("report %d = %+v, want a %s's acquire with 0 of 1 acknowledgements", i, r, kind)
+		}
 	}
 }
 

@@ -14,9 +14,6 @@ import (
 // Acquire takes the lock on one Redis deployment, joining the lock's queue
 // and sleeping until the lock is handed over if it is held and r.Wait.
 func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
-	if r.Permits != nil && n.ack != nil {
-		return backend.Grant{}, fmt.Errorf("%w: semaphores do not support WithReplicaAck", ErrInvalidOption)
-	}
 	a := &attempt{n: n, r: r, keys: n.keysOf(r.Key, r.Permits)}
 	// A lock handed over while we wait starts with at most a queue TTL of
 	// lease, so that if we died meanwhile it is stuck no longer than that;
@@ -64,6 +61,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	switch p := a.r.Permits; {
 	case p != nil:
 		args = append(args[:7:7], &p.Count, &p.Capacity)
+		if a.n.ack != nil {
+			args = append(args, &a.ttlMS) // as for a lock, below
+		}
 	case a.n.ack != nil:
 		// A lock found handed over gets the full lease in the check itself
 		// (see case 2).
@@ -259,7 +259,7 @@ func (a *attempt) abandon(ctx context.Context) {
 	defer cancel()
 	var err error
 	if a.n.ack != nil {
-		c := &call{s: releaseScript, keys: a.keys.all(), args: []any{a.r.Token, 1}}
+		c := &call{s: a.keys.scripts().release.script, keys: a.keys.all(), args: []any{a.r.Token, a.keys.releaseArg(1)}}
 		a.n.runOnMasters(rctx, []*call{c}, false)
 		err = c.cmd.Err()
 	} else {

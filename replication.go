@@ -73,7 +73,8 @@ func (p ReplicaPolicy) String() string {
 // acknowledged in time (see WithReplicaReport).
 type ReplicaReport struct {
 	Op     string        // "acquire", "extend", "renew" or "release"
-	Key    string        // the lock's name
+	Key    string        // the lock's (or semaphore's, or RWMutex's) name
+	Kind   string        // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Token  string        // the holder's token (Lock.Token)
 	Acked  int           // replicas that acknowledged within the timeout
 	Wanted int           // replicas asked for
@@ -82,7 +83,8 @@ type ReplicaReport struct {
 }
 
 // WithReplicaAck makes the Client wait, after each write that acquires,
-// extends, renews or releases a lock, until replicas replicas acknowledged
+// extends, renews or releases a lock (or permits of a Semaphore or
+// RWMutex), until replicas replicas acknowledged
 // it or timeout passed (WAIT replicas timeout; WAITAOF 1 replicas timeout
 // where the server has WAITAOF, Redis 7.2+, and runs with appendonly, so
 // that the write is also on disk: its replicas must then run with
@@ -486,11 +488,12 @@ func isRedirect(err error) bool {
 	return false
 }
 
-// check applies the policy to one acknowledged write of a held lock: nil
-// if the replicas have it or the policy accepts it, else an error wrapping
-// ErrNotReplicated. A shortfall is logged and reported either way.
-func (a *acker) check(got ack, op, key, token string) error {
-	if !a.short(got, op, key, token) || a.policy == AcceptAndReport {
+// check applies the policy to one acknowledged write of a held lease, w
+// (its Op, Key, Token and Kind): nil if the replicas have it or the
+// policy accepts it, else an error wrapping ErrNotReplicated. A shortfall
+// is logged and reported either way.
+func (a *acker) check(got ack, w ReplicaReport) error {
+	if !a.short(got, w) || a.policy == AcceptAndReport {
 		return nil
 	}
 	err := fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, got.acked, a.replicas, a.timeout)
@@ -503,18 +506,28 @@ func (a *acker) check(got ack, op, key, token string) error {
 }
 
 // short reports whether got falls short of the replicas asked for, and if
-// so logs and reports it.
-func (a *acker) short(got ack, op, key, token string) bool {
+// so logs and reports it, completing w.
+func (a *acker) short(got ack, w ReplicaReport) bool {
 	if got.ok {
 		return false
 	}
-	// Only locks take WithReplicaAck: the kind is "lock".
+	w.Acked, w.Wanted, w.Policy, w.Err = got.acked, a.replicas, a.policy, got.err
 	a.log.Warn("dlock: lock write not acknowledged by enough replicas",
-		"op", op, "key", key, "kind", kindOf(nil), "acked", got.acked, "wanted", a.replicas, "policy", a.policy.String(), "error", got.err)
+		"op", w.Op, "key", w.Key, "kind", w.Kind, "acked", w.Acked, "wanted", w.Wanted, "policy", w.Policy.String(), "error", w.Err)
 	if a.report != nil {
-		a.report(ReplicaReport{Op: op, Key: key, Token: token, Acked: got.acked, Wanted: a.replicas, Policy: a.policy, Err: got.err})
+		a.report(w)
 	}
 	return true
+}
+
+// written names the write op of a's lease, for check.
+func (a *attempt) written(op string) ReplicaReport {
+	return ReplicaReport{Op: op, Key: a.r.Key, Token: a.r.Token, Kind: kindOf(a.r.Permits)}
+}
+
+// leaseWritten names the write op of lease l, for check.
+func leaseWritten(op string, l *backend.Lease) ReplicaReport {
+	return ReplicaReport{Op: op, Key: l.Key, Token: l.Token, Kind: kindOf(leaseKeys(l).permits)}
 }
 
 // tryAcquire runs the acquire script once, followed by WAIT if the Client
@@ -525,7 +538,7 @@ func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any) ([]int64
 		res, err := n.batch.run(ctx, k.scripts().acquire, k.args[:], args...).Int64Slice()
 		return res, ack{ok: true}, err
 	}
-	c := &call{s: acquireScript, keys: k.all(), args: args}
+	c := &call{s: k.scripts().acquire.script, keys: k.all(), args: args}
 	n.runAcked(ctx, []*call{c})
 	res, err := c.cmd.Int64Slice()
 	return res, c.ack, err
@@ -536,7 +549,7 @@ func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any) ([]int64
 // again.
 func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.Time) (backend.Grant, error) {
 	if a.n.ack != nil {
-		if err := a.n.ack.check(got, "acquire", a.r.Key, a.r.Token); err != nil {
+		if err := a.n.ack.check(got, a.written("acquire")); err != nil {
 			a.abandon(ctx)
 			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 		}
@@ -562,7 +575,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 	// would run out before a renewal after this WAIT answered, which waits
 	// as long again. A renewal's lengthening sets it, and writes even in
 	// the same millisecond, for the WAIT to cover.
-	c := &call{s: extendScript, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.r.TTL), backend.Lengthen}}
+	c := &call{s: a.keys.scripts().extend, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.r.TTL), backend.Lengthen}}
 	set := time.Now()
 	a.n.runAcked(ctx, []*call{c})
 	v, err := c.cmd.Int64()
@@ -573,7 +586,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 	case v != 1:
 		return backend.Grant{}, false, nil
 	}
-	if err := a.n.ack.check(c.ack, "acquire", a.r.Key, a.r.Token); err != nil {
+	if err := a.n.ack.check(c.ack, a.written("acquire")); err != nil {
 		a.abandon(ctx)
 		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
 	}
@@ -585,13 +598,14 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 // extension the replicas did not acknowledge returns Held with an error, so
 // that the lock keeps trusting only its previous lease.
 func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
-	c := &call{s: extendScript, keys: []string{leaseKeys(l).lock}, args: []any{l.Token, backend.Millis(ttl), l.NextExtend()}}
+	k := leaseKeys(l)
+	c := &call{s: k.scripts().extend, keys: []string{k.lock}, args: []any{l.Token, backend.Millis(ttl), l.NextExtend()}}
 	n.runAcked(ctx, []*call{c})
 	o, err := extendOutcome(c.cmd.Int64())
 	if o != backend.Held {
 		return o, err
 	}
-	return o, n.ack.check(c.ack, "extend", l.Key, l.Token)
+	return o, n.ack.check(c.ack, leaseWritten("extend", l))
 }
 
 // renewAcked is Renew with replica acknowledgement: with FailClosed a
@@ -600,13 +614,14 @@ func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Durat
 func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
 	calls := make([]*call, len(rs))
 	for i, r := range rs {
-		calls[i] = &call{s: extendScript, keys: []string{leaseKeys(r.Lease).lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen}}
+		k := leaseKeys(r.Lease)
+		calls[i] = &call{s: k.scripts().extend, keys: []string{k.lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen}}
 	}
 	n.runAcked(ctx, calls)
 	out := make([]backend.Outcome, len(rs))
 	for i, c := range calls {
 		out[i] = outcome(c.cmd.Int64())
-		if out[i] == backend.Held && n.ack.check(c.ack, "renew", rs[i].Lease.Key, rs[i].Lease.Token) != nil {
+		if out[i] == backend.Held && n.ack.check(c.ack, leaseWritten("renew", rs[i].Lease)) != nil {
 			out[i] = backend.Unknown
 		}
 	}
@@ -617,11 +632,12 @@ func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.O
 // reported but not an error: the release happened, and a replica promoted
 // without it only keeps the lock unavailable until its lease runs out.
 func (n *node) releaseAcked(ctx context.Context, l *backend.Lease, level int) (int64, error) {
-	c := &call{s: releaseScript, keys: leaseKeys(l).all(), args: []any{l.Token, level}}
+	k := leaseKeys(l)
+	c := &call{s: k.scripts().release.script, keys: k.all(), args: []any{l.Token, k.releaseArg(level)}}
 	n.runAcked(ctx, []*call{c})
 	left, err := c.cmd.Int64()
 	if err == nil && left == 0 {
-		n.ack.short(c.ack, "release", l.Key, l.Token)
+		n.ack.short(c.ack, leaseWritten("release", l))
 	}
 	return left, err
 }

@@ -36,7 +36,8 @@ const MaxPermits = 1 << 40
 // while any permits are held, Acquire and TryAcquire with another capacity
 // fail with an error wrapping ErrInvalidOption (once nobody holds any, the
 // next grant's capacity is the semaphore's). They also fail so on Redlock
-// (package redlock), with WithReplicaAck or with WithAdaptiveTTL.
+// (package redlock) or with WithAdaptiveTTL. WithReplicaAck applies to
+// permits as to a lock.
 //
 // Permits are not reentrant: a holder that acquires more while it holds
 // some waits like anyone else, and a Lock's Context does not re-enter

@@ -354,17 +354,6 @@ func TestSemaphoreBadInput(t *testing.T) {
 	}
 }
 
-func TestSemaphoreRefusesReplicaAck(t *testing.T) {
-	_, rdb, _ := newTestClient(t)
-	c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport))
-	if _, err := c.Semaphore("pool", 2).Acquire(context.Background(), 1); !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("Semaphore with WithReplicaAck: %v", err)
-	}
-	if n := rdb.DBSize(context.Background()).Val(); n != 0 {
-		t.Fatalf("a refused semaphore wrote %d keys", n)
-	}
-}
-
 func TestSemaphoreKeyOfWrongType(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -74,37 +75,33 @@ func (r *reportLog) ops(token string) []string {
 // only the set-up of a test does this.
 func lockAcked(t *testing.T, c *Client, key string, opts ...LockOption) *Lock {
 	t.Helper()
+	return takeAcked(t, fmt.Sprintf("Lock(%q)", key), func() (*Lock, error) {
+		return c.Lock(context.Background(), key, opts...)
+	})
+}
+
+// takeAcked is lockAcked for any take: what names it in failures.
+func takeAcked(t *testing.T, what string, take func() (*Lock, error)) *Lock {
+	t.Helper()
 	for range 10 {
-		l, err := c.Lock(context.Background(), key, opts...)
+		l, err := take()
 		if err == nil {
 			return l
 		}
 		if !errors.Is(err, ErrNotReplicated) {
-			t.Fatalf("Lock(%q): %v", key, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	t.Fatalf("Lock(%q): not acknowledged by the healthy replica in 10 tries", key)
+	t.Fatalf("%s: not acknowledged by the healthy replica in 10 tries", what)
 	return nil
 }
 
 // Every extend call answered "held" writes, even one that changes nothing:
 // with WithReplicaAck, the WAIT sent after it must cover a write of its own
-// connection (a server may count only those). The server's count of
-// changes (rdb_changes_since_last_save; the test servers never save) shows
-// whether a script call wrote.
+// connection (a server may count only those).
 func TestAnsweredExtendAlwaysWrites(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
-	changes := func() int64 {
-		for _, line := range strings.Split(rdb.Info(ctx, "persistence").Val(), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		t.Fatal("no rdb_changes_since_last_save in INFO persistence")
-		return 0
-	}
 	l := mustLock(t, c, "k", WithTTL(time.Minute))
 	if err := l.Extend(ctx, time.Minute); err != nil { // Extend number 1
 		t.Fatal(err)
@@ -117,11 +114,11 @@ func TestAnsweredExtendAlwaysWrites(t *testing.T) {
 		{"a renewal to a shorter lease (kept as it is)", []any{l.Token(), 1000, backend.Lengthen}},
 		{"an Extend already applied, sent again", []any{l.Token(), 60000, "1"}},
 	} {
-		before := changes()
+		before := changes(t, rdb)
 		if v, err := extendScript.Run(ctx, rdb, keys, call.args...).Int(); v != 1 || err != nil {
 			t.Fatalf("%s = %v, %v; want 1 (held)", call.what, v, err)
 		}
-		if changes() == before {
+		if changes(t, rdb) == before {
 			t.Errorf("%s wrote nothing: a WAIT after it would not cover it", call.what)
 		}
 	}
@@ -129,6 +126,20 @@ func TestAnsweredExtendAlwaysWrites(t *testing.T) {
 		t.Errorf("the lease is %v after calls that must keep it", pttl)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// changes is the server's count of changes (rdb_changes_since_last_save;
+// the test servers never save): it shows whether a script call wrote.
+func changes(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	for _, line := range strings.Split(rdb.Info(context.Background(), "persistence").Val(), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no rdb_changes_since_last_save in INFO persistence")
+	return 0
 }
 
 func TestReplicaAck(t *testing.T) {

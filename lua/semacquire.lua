@@ -1,6 +1,8 @@
 -- semacquire: take ARGV[8] of the ARGV[9] permits of a semaphore for
 -- ARGV[1] if they are free and nobody is queued before it; otherwise
--- optionally join the queue. ARGV[1]..ARGV[7] are as in acquire.lua.
+-- optionally join the queue. ARGV[1]..ARGV[7] are as in acquire.lua, and
+-- ARGV[10] (optional) as its ARGV[8]: lease ms to lengthen permits found
+-- ours to.
 -- Returns {1, fence} when taken now, {2, fence, pttl} when they had been
 -- handed over to this token, {0, pttl, last fence} when not free (pttl:
 -- until the soonest holder's lease may run out, -1 if none holds any; a
@@ -12,7 +14,15 @@ local now_ms, now_us = clock()
 local s = open(token, redis.call('PTTL', KEYS[1]))
 settle(s, now_ms, capacity)
 local mine = s.mine
-if mine and mine.expiry > now_ms then return {2, reply(mine.fence), mine.expiry - now_ms} end
+if mine and mine.expiry > now_ms then
+  if ARGV[10] then
+    -- A write of the caller's connection, which its WAIT then covers (as
+    -- in acquire.lua); only lengthening, so soonest stays valid.
+    mine.expiry = math.max(mine.expiry, now_ms + tonumber(ARGV[10]))
+    write(s, token, mine, now_ms, false)
+  end
+  return {2, reply(mine.fence), mine.expiry - now_ms}
+end
 -- Holders whose lease ran out may have made room for the waiters first
 -- in line: they go first.
 local head = hand_over_permits(s, capacity, token, now_ms, now_us)

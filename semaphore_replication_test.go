@@ -1,0 +1,263 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Permits with WithReplicaAck: every write that grants, extends, renews or
+// gives them back is followed by a WAIT, as a lock's (replication.go).
+
+// replicaLease is what is left of token's lease in the holders of s as
+// rdb (a replica) has them: the entry's expiry less rdb's clock; 0 if rdb
+// has no entry for token.
+func replicaLease(t *testing.T, rdb *redis.Client, s *Semaphore, token string) time.Duration {
+	t.Helper()
+	expiry := entryExpiry(t, rdb, s, token)
+	if expiry == 0 {
+		return 0
+	}
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(expiry-now.UnixMilli()) * time.Millisecond
+}
+
+// entryExpiry is the expiry (server time, in ms) of token's entry in the
+// holders of s as rdb has them; 0 if rdb has none.
+func entryExpiry(t *testing.T, rdb *redis.Client, s *Semaphore, token string) int64 {
+	t.Helper()
+	entry, err := rdb.HGet(context.Background(), semKeys(s).lock, token).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	var expiry int64
+	if _, serr := fmt.Sscan(entry, &expiry); err != nil || serr != nil {
+		t.Fatalf("holder entry %q: %v %v", entry, err, serr)
+	}
+	return expiry
+}
+
+func TestSemaphoreReplicaAck(t *testing.T) {
+	ctx := context.Background()
+	master, replica := startReplicated(t)
+	rdb, rr := master.Client(t), replica.Client(t)
+	// As in TestReplicaAck: generous while the replica is healthy, short
+	// where it is paused.
+	const healthy = 2 * time.Second
+
+	t.Run("AcknowledgedWritesAreOnTheReplica", func(t *testing.T) {
+		c := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
+		s := c.Semaphore("acked", 3)
+		l := takeAcked(t, "Acquire", func() (*Lock, error) { return s.Acquire(ctx, 2, WithoutRenewal()) })
+		// WAIT returned 1: the replica applied the grant already.
+		if d := replicaLease(t, rr, s, l.Token()); d <= 0 {
+			t.Fatalf("replica lease right after Acquire = %v", d)
+		}
+		if err := l.Extend(ctx, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if d := replicaLease(t, rr, s, l.Token()); d < 19*time.Second {
+			t.Fatalf("replica lease right after Extend = %v", d)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rr.Exists(ctx, semKeys(s).lock).Val() != 0 {
+			t.Fatal("replica still has the permits right after Unlock")
+		}
+		// Renewals are acknowledged too.
+		r := takeAcked(t, "Acquire", func() (*Lock, error) { return s.Acquire(ctx, 1, WithTTL(300*time.Millisecond)) })
+		// Renewals move the entry's own expiry (the holders key's alone
+		// would not keep the permits).
+		for range 2 {
+			seen := entryExpiry(t, rr, s, r.Token())
+			waitUntil(t, 5*time.Second, "a renewal on the replica", func() bool { return entryExpiry(t, rr, s, r.Token()) > seen })
+		}
+		if r.Context().Err() != nil {
+			t.Fatal(context.Cause(r.Context()))
+		}
+		_ = r.Unlock(ctx)
+		// A read-write lock's writer likewise.
+		m := c.RWMutex("acked")
+		w := takeAcked(t, "RWMutex.Lock", func() (*Lock, error) { return m.Lock(ctx) })
+		if d := replicaLease(t, rr, &m.s, w.Token()); d <= 0 {
+			t.Fatalf("replica lease right after RWMutex.Lock = %v", d)
+		}
+		_ = w.Unlock(ctx)
+	})
+
+	// Permits handed over to a waiter were written by the releasing
+	// Client: the waiter writes its full lease itself and waits for that.
+	t.Run("HandOverIsAcknowledged", func(t *testing.T) {
+		c := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
+		waiter := newClientOn(t, rdb, WithReplicaAck(1, healthy, FailClosed))
+		s, ws := c.Semaphore("handed", 1), waiter.Semaphore("handed", 1)
+		l := takeAcked(t, "Acquire", func() (*Lock, error) { return s.Acquire(ctx, 1) })
+		// A lease longer than the queue TTL, which a hand-over grants at
+		// first.
+		got := inBackground(func() (*Lock, error) { return ws.Acquire(ctx, 1, WithTTL(20*time.Second)) })
+		waitSemQueued(t, rdb, ws, 1)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if d := replicaLease(t, rr, ws, r.l.Token()); d < 19*time.Second {
+			t.Fatalf("replica lease right after the hand-over = %v, want the full 20s", d)
+		}
+		_ = r.l.Unlock(ctx)
+	})
+
+	t.Run("FailClosed", func(t *testing.T) {
+		var reports reportLog
+		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
+		plain := newClientOn(t, rdb)
+		// Taken before the pause.
+		renewed := takeAcked(t, "Acquire", func() (*Lock, error) {
+			return c.Semaphore("renewed", 2).Acquire(ctx, 1, WithTTL(time.Second))
+		})
+		fixed := takeAcked(t, "Acquire", func() (*Lock, error) {
+			return c.Semaphore("fixed", 2).Acquire(ctx, 1, WithTTL(2*time.Second), WithoutRenewal())
+		})
+		handing, err := plain.Semaphore("handed", 1).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		replica.Pause(t)
+		defer replica.Resume(t)
+
+		// An acquisition the replica did not acknowledge is given back.
+		s := c.Semaphore("fc", 2)
+		if _, err := s.TryAcquire(ctx, 2); !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("TryAcquire = %v, want ErrNotReplicated", err)
+		}
+		if n, err := s.Available(ctx); n != 2 || err != nil {
+			t.Fatalf("Available after a fail-closed acquire = %d, %v; want 2", n, err)
+		}
+		// So is a hand-over.
+		hs := c.Semaphore("handed", 1)
+		got := inBackground(func() (*Lock, error) { return hs.Acquire(ctx, 1) })
+		waitSemQueued(t, rdb, hs, 1)
+		if err := handing.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; !errors.Is(r.err, ErrNotReplicated) {
+			t.Fatalf("Acquire by hand-over = %v, want ErrNotReplicated", r.err)
+		}
+		if n, err := hs.Available(ctx); n != 1 || err != nil {
+			t.Fatalf("Available after a fail-closed hand-over = %d, %v; want 1", n, err)
+		}
+
+		// An extension the replica did not acknowledge is not trusted, nor
+		// are renewals: the permits are lost when the lease the replica
+		// has runs out.
+		if err := fixed.Extend(ctx, 20*time.Second); !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Extend = %v, want ErrNotReplicated", err)
+		}
+		if fixed.Context().Err() != nil {
+			t.Fatal("permits lost by a failed extension")
+		}
+		for _, l := range []*Lock{renewed, fixed} {
+			select {
+			case <-l.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%q kept although its lease is not replicated", l.Key())
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+				t.Fatalf("%q: cause = %v", l.Key(), cause)
+			}
+		}
+		if ops := reports.ops(renewed.Token()); len(ops) == 0 || ops[0] != "renew" {
+			t.Errorf("reports for the renewed permits: %v", ops)
+		}
+		if ops := reports.ops(fixed.Token()); len(ops) != 1 || ops[0] != "extend" {
+			t.Errorf("reports for the extended permits: %v", ops)
+		}
+		reports.mu.Lock()
+		defer reports.mu.Unlock()
+		for _, rep := range reports.rs {
+			if rep.Kind != "semaphore" {
+				t.Errorf("report %+v: want kind semaphore", rep)
+			}
+		}
+	})
+
+	t.Run("AcceptAndReport", func(t *testing.T) {
+		var reports reportLog
+		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport), WithReplicaReport(reports.add))
+		replica.Pause(t)
+		defer replica.Resume(t)
+		l, err := c.RWMutex("accepted").TryRLock(ctx, WithoutRenewal())
+		if err != nil {
+			t.Fatalf("TryRLock = %v", err)
+		}
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("Extend = %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock = %v", err)
+		}
+		if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,extend,release" {
+			t.Errorf("reported %q, want acquire,extend,release", ops)
+		}
+		reports.mu.Lock()
+		rep := reports.rs[0]
+		reports.mu.Unlock()
+		if rep.Key != "accepted" || rep.Kind != "rwmutex" || rep.Acked != 0 || rep.Wanted != 1 || rep.Policy != AcceptAndReport {
+			t.Errorf("report = %+v", rep)
+		}
+	})
+}
+
+// A check that finds permits handed over lengthens them to the full lease
+// when asked (ARGV[10], with WithReplicaAck), and writes even when that
+// changes nothing, so that the WAIT sent after it covers a write of its
+// own connection (as TestAnsweredExtendAlwaysWrites for a lock).
+func TestSemaphoreCheckLengthensHandOver(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	l, err := s.Acquire(ctx, 1, WithTTL(time.Second), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := semKeys(s)
+	check := func(lengthenTo int64) []int64 {
+		t.Helper()
+		before := changes(t, rdb)
+		args := []any{l.Token(), 1000, "", "0", 3000, 1000, "client", 1, 2, lengthenTo}
+		res, err := permitsAcquireEval.script.Run(ctx, rdb, k.all(), args...).Int64Slice()
+		if err != nil || len(res) != 3 || res[0] != 2 || uint64(res[1]) != l.Fence() {
+			t.Fatalf("check = %v, %v; want {2, %d, pttl}", res, err, l.Fence())
+		}
+		if changes(t, rdb) == before {
+			t.Fatalf("a check lengthening to %d ms wrote nothing: a WAIT after it would not cover it", lengthenTo)
+		}
+		return res
+	}
+	if res := check(60000); res[2] < 59000 {
+		t.Fatalf("lease after lengthening to 60 s = %d ms", res[2])
+	}
+	// Shorter than what is left: kept as it is.
+	if res := check(1000); res[2] < 58000 {
+		t.Fatalf("lease after a check asking for less = %d ms", res[2])
+	}
+	if d := rdb.PTTL(ctx, k.lock).Val(); d < 58*time.Second {
+		t.Fatalf("holders key lives %v, less than its holder's lease", d)
+	}
+	if n, err := s.Available(ctx); n != 1 || err != nil {
+		t.Fatalf("Available = %d, %v; want 1", n, err)
+	}
+	_ = l.Unlock(ctx)
+}
