@@ -213,34 +213,46 @@ func TestSemaphoreAdminBadInput(t *testing.T) {
 	}
 }
 
-// Other data at a semaphore's name: a value of another type, or a hash
-// whose fields are not holders.
+// Other data at a semaphore's or RWMutex's name: a value of another type,
+// or a hash whose fields are not holders. ForceRelease of a token that is
+// not in it says so as Inspect does, not that the token holds nothing.
 func TestSemaphoreAdminWrongType(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("other", 2)
 	k := semKeys(s)
-	for _, write := range []func() error{
-		func() error { return rdb.Set(ctx, k.lock, "x", 0).Err() },
-		func() error { return rdb.HSet(ctx, k.lock, "user", "alice").Err() },
-	} {
-		rdb.Del(ctx, k.lock)
-		if err := write(); err != nil {
-			t.Fatal(err)
+	m := c.RWMutex("other")
+	const nobody = "0123456789abcdef0123456789abcdef"
+	for _, x := range []struct {
+		admin interface {
+			Inspect(context.Context) (*SemaphoreInfo, error)
+			ForceRelease(context.Context, string) error
 		}
-		if _, err := s.Inspect(ctx); !errors.Is(err, ErrWrongType) {
-			t.Errorf("Inspect = %v, want ErrWrongType", err)
+		key string
+	}{{s, k.lock}, {m, semKeys(&m.s).lock}} {
+		for _, write := range []func() error{
+			func() error { return rdb.Set(ctx, x.key, "x", 0).Err() },
+			func() error { return rdb.HSet(ctx, x.key, "user", "alice").Err() },
+		} {
+			rdb.Del(ctx, x.key)
+			if err := write(); err != nil {
+				t.Fatal(err)
+			}
+			typ := rdb.Type(ctx, x.key).Val()
+			if _, err := x.admin.Inspect(ctx); !errors.Is(err, ErrWrongType) {
+				t.Errorf("Inspect of a %s at %s = %v, want ErrWrongType", typ, x.key, err)
+			}
+			if err := x.admin.ForceRelease(ctx, nobody); !errors.Is(err, ErrWrongType) {
+				t.Errorf("ForceRelease with a %s at %s = %v, want ErrWrongType", typ, x.key, err)
+			}
 		}
-	}
-	if err := s.ForceRelease(ctx, "user"); !errors.Is(err, ErrWrongType) {
-		t.Errorf("ForceRelease of a field that is no holder = %v, want ErrWrongType", err)
-	}
-	rdb.Del(ctx, k.lock)
-	if err := rdb.Set(ctx, k.lock, "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ForceRelease(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, ErrWrongType) {
-		t.Errorf("ForceRelease = %v, want ErrWrongType", err)
+		if err := x.admin.ForceRelease(ctx, "user"); !errors.Is(err, ErrWrongType) {
+			t.Errorf("ForceRelease of a field that is no holder = %v, want ErrWrongType", err)
+		}
+		// The value is left as it was.
+		if v := rdb.HGetAll(ctx, x.key).Val(); len(v) != 1 || v["user"] != "alice" {
+			t.Errorf("the hash at %s after ForceRelease = %v", x.key, v)
+		}
 	}
 
 	// The release script is an Unlock's too, which reads its WRONGTYPE as

@@ -27,6 +27,20 @@ local function not_semaphore()
   error({err = 'WRONGTYPE the semaphore key holds a hash that is not a semaphore'})
 end
 
+-- each_holder calls fn(token, h) for every holder entry h of KEYS[1],
+-- skipping the bookkeeping (a field from ':' on: tokens are hex), and
+-- fails the script at a field that is not a holder's. It returns the
+-- fields it read.
+local function each_holder(fn)
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 1) ~= ':' then
+      fn(fields[i], holder(fields[i + 1]) or not_semaphore())
+    end
+  end
+  return fields
+end
+
 -- same_capacity fails the script if the live holders were granted under
 -- another capacity (held) than capacity (capacityMismatch in semaphore.go
 -- reads this error).
@@ -76,20 +90,16 @@ local function settle(s, now_ms, capacity, read_only)
     if s.soonest then same_capacity(s.capacity, capacity) end
     return
   end
-  local fields = redis.call('HGETALL', KEYS[1])
   local used, soonest, expired = 0, nil, {}
-  for i = 1, #fields, 2 do
-    if fields[i] ~= STATE then
-      local h = holder(fields[i + 1]) or not_semaphore()
-      if h.expiry > now_ms then
-        same_capacity(h.capacity, capacity)
-        used = used + h.permits
-        soonest = math.min(soonest or h.expiry, h.expiry)
-      else
-        expired[#expired + 1] = fields[i]
-      end
+  local fields = each_holder(function(token, h)
+    if h.expiry > now_ms then
+      same_capacity(h.capacity, capacity)
+      used = used + h.permits
+      soonest = math.min(soonest or h.expiry, h.expiry)
+    else
+      expired[#expired + 1] = token
     end
-  end
+  end)
   s.used, s.soonest, s.capacity, s.counted = used, soonest, capacity, true
   if read_only then return end
   -- Only now that nothing can fail: an error after an entry's HDEL would
