@@ -73,7 +73,8 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 // Unlock would. The holder is not told until its next renewal, which
 // cancels its Lock's Context with ErrLockLost. It returns an error
 // wrapping ErrNotHeld if token holds no permits (released, lease run out,
-// or never granted), ErrInvalidOption if token is not a token, and
+// or never granted), ErrWrongType if other data than a semaphore's is at
+// its name, ErrInvalidOption if token is not a token, and
 // errors.ErrUnsupported on a Client made by redlock.New. The token of a
 // queued waiter holds nothing: it keeps its place.
 func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
