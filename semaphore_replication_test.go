@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // Permits with WithReplicaAck: every write that grants, extends, renews or
@@ -47,7 +49,7 @@ func entryExpiry(t *testing.T, rdb *redis.Client, s *Semaphore, token string) in
 
 func TestSemaphoreReplicaAck(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb, rr := master.Client(t), replica.Client(t)
 	// As in TestReplicaAck: generous while the replica is healthy, short
 	// where it is paused.

@@ -21,30 +21,6 @@ import (
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
-// startReplicated starts a master and one replica of it, in sync.
-func startReplicated(t *testing.T) (master, replica *redistest.Server) {
-	t.Helper()
-	master = redistest.Start(t)
-	replica = redistest.Start(t, redistest.WithConfig("replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
-	waitReplicaAcks(t, master.Client(t))
-	return master, replica
-}
-
-// waitReplicaAcks waits until a write on rdb's master is acknowledged by a
-// replica: after its first sync a replica is streamed writes only once it
-// has sent its first acknowledgement, up to a second later.
-func waitReplicaAcks(t *testing.T, rdb *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	waitUntil(t, 10*time.Second, "a replica to acknowledge writes", func() bool {
-		pipe := rdb.Pipeline()
-		pipe.Incr(ctx, "replica-ack-probe")
-		wait := pipe.Do(ctx, "WAIT", 1, 50)
-		_, _ = pipe.Exec(ctx)
-		return wait.Val() == int64(1)
-	})
-}
-
 // reportLog collects ReplicaReports.
 type reportLog struct {
 	mu sync.Mutex
@@ -144,7 +120,7 @@ func changes(t *testing.T, rdb *redis.Client) int64 {
 
 func TestReplicaAck(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb, rr := master.Client(t), replica.Client(t)
 
 	// The replica is healthy in the first subtests: a generous timeout
@@ -381,7 +357,7 @@ func TestSentinel(t *testing.T) {
 
 	t.Run("Failover", func(t *testing.T) {
 		fc := g.FailoverClient(t)
-		waitReplicaAcks(t, fc)
+		redistest.WaitReplicaAcks(t, fc)
 		var renewals lastRenewal
 		const ackTimeout = time.Second
 		acked := newClientOn(t, fc, WithReplicaAck(1, ackTimeout, FailClosed), WithObserver(&renewals))
@@ -503,7 +479,7 @@ func TestSentinel(t *testing.T) {
 		}
 		_, port, _ := net.SplitHostPort(newAddr)
 		redistest.Start(t, redistest.WithConfig("replicaof", "127.0.0.1", port))
-		waitReplicaAcks(t, nm)
+		redistest.WaitReplicaAcks(t, nm)
 		if err := lockAcked(t, acked, "no-replica").Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -540,7 +516,7 @@ func (o *lastRenewal) at(key string) time.Time {
 // made is not undone.
 func TestReplicaAckFailClosedRelease(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
 	var reports reportLog
 	c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
@@ -735,7 +711,7 @@ func queuedOnReplica(t *testing.T, g *redistest.SentinelGroup, waiter *Client, k
 		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
 		return om.ZCard(ctx, waiter.keys(key).queue).Val() == 1 && subs[ch] == 1
 	})
-	waitReplicaAcks(t, om)
+	redistest.WaitReplicaAcks(t, om)
 }
 
 // renewOrLoss passes on the first renewal or loss the watchdog reports.
@@ -784,7 +760,7 @@ func (p pipelineDone) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // hand-over must outlast the WAITs of that write and of the first renewal.
 func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
 	// 3 x (timeout + 100 ms) is well under the default 30 s lease, and
 	// timeout under 3/4 of the 5 s ReadTimeout; a queued waiter's checks
@@ -851,7 +827,7 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 // release would skip it, and hand the lock to the waiter behind it).
 func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
 	// Under 3/4 of the 5 s ReadTimeout; more than 2/3 of the 3 s queue TTL.
 	const timeout = 2500 * time.Millisecond
@@ -935,7 +911,7 @@ func (h *heldCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // gets the very lock it was handed, not a new one taken after it lapsed.
 func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 	ctx := context.Background()
-	master, replica := startReplicated(t)
+	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
 	// queueTTL < 2 x timeout: the second check's script runs after a
 	// queue TTL's lease from the hand-over would have run out.

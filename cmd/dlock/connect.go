@@ -215,15 +215,17 @@ func (c *conn) Close() {
 }
 
 // connect opens the configured Redis, checks that it answers, and returns
-// a dlock Client on it named name (shown in the holder metadata).
-func (a *app) connect(ctx context.Context, name string) (*conn, error) {
+// a dlock Client on it named name (shown in the holder metadata), with opts
+// besides the global flags'.
+func (a *app) connect(ctx context.Context, name string, opts ...dlock.Option) (*conn, error) {
 	rdb, desc, err := a.conn.redisClient()
 	if err != nil {
 		return nil, err
 	}
-	// New checks the options (--prefix) without a round trip: bad input is
-	// a usage error whether or not Redis can be reached.
-	locks, err := dlock.New(rdb, dlock.WithPrefix(a.conn.prefix), dlock.WithClientName(name), dlock.WithLogger(a.log))
+	// New checks the options (--prefix, --replica-timeout) without a round
+	// trip: bad input is a usage error whether or not Redis can be reached.
+	opts = append([]dlock.Option{dlock.WithPrefix(a.conn.prefix), dlock.WithClientName(name), dlock.WithLogger(a.log)}, opts...)
+	locks, err := dlock.New(rdb, opts...)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, usagef("%v", err)

@@ -40,6 +40,10 @@ type runFlags struct {
 	// capacity > 0 makes KEY a semaphore of that many permits, of which
 	// run holds permits.
 	capacity, permits int64
+	// replicaAck > 0 waits for that many replicas after each write of the
+	// lock (dlock.WithReplicaAck, FailClosed).
+	replicaAck     int
+	replicaTimeout time.Duration
 }
 
 func (a *app) runCmd() *cobra.Command {
@@ -90,20 +94,31 @@ would refuse holders whose permits are still good). inspect and release
 --force take --capacity M too, and list --kind semaphore; a refusal
 (status 75) does not name the holders.
 
+With --replica-ack N (Sentinel, or any Redis with replicas), each write of
+the lock (its grant, renewals and release) is followed by WAIT N: a grant
+that fewer than N replicas acknowledge within --replica-timeout is given
+back and dlock exits 69 without running COMMAND, and an unacknowledged
+renewal counts as failed, so COMMAND is stopped (status 79) if the lease the
+replicas have runs out. A failover then promotes a replica that has the
+lock, unless it picks one that did not acknowledge: the window narrows, it
+does not close. Keep --ttl above 3 x (--replica-timeout + 100ms).
+
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
 
 Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
 79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 128+N if signal
 N interrupted the wait for the lock (or came before COMMAND started); 64
-usage; 69 Redis unreachable.`,
+usage; 69 Redis unreachable (or, with --replica-ack, the grant not
+acknowledged).`,
 		Example: `  dlock run nightly-report -- ./report.sh --date today
   dlock run --no-wait --ttl 10s deploy -- make deploy
   dlock run --wait 30s --meta "job 42" import:orders -- python import.py
-  dlock run --capacity 3 encoders -- ffmpeg -i in.mov out.mp4`,
+  dlock run --capacity 3 encoders -- ffmpeg -i in.mov out.mp4
+  dlock run --sentinel-master main --sentinel s1:26379,s2:26379 --replica-ack 1 billing -- ./bill.sh`,
 		Args: runArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.validate(cmd); err != nil {
+			if err := f.validate(cmd, a.conn.ttl); err != nil {
 				return err
 			}
 			if err := checkKey(args[0]); err != nil {
@@ -132,6 +147,8 @@ usage; 69 Redis unreachable.`,
 	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
 	fs.Int64Var(&f.capacity, "capacity", 0, "make KEY a semaphore of this many permits instead of a lock (every user of KEY must give the same)")
 	fs.Int64Var(&f.permits, "permits", 1, "with --capacity: how many of the semaphore's permits to hold")
+	fs.IntVar(&f.replicaAck, "replica-ack", 0, "after each write of the lock, wait until this many replicas have it; a grant they do not acknowledge in time fails (status 69); 0 does not wait")
+	fs.DurationVar(&f.replicaTimeout, "replica-timeout", time.Second, "with --replica-ack: how long a write waits for the replicas")
 	return cmd
 }
 
@@ -153,8 +170,17 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func (f *runFlags) validate(cmd *cobra.Command) error {
+func (f *runFlags) validate(cmd *cobra.Command, ttl time.Duration) error {
 	switch {
+	case f.replicaAck < 0:
+		return usagef("--replica-ack %d: must not be negative", f.replicaAck)
+	case cmd.Flags().Changed("replica-timeout") && f.replicaAck == 0:
+		return usagef("--replica-timeout needs --replica-ack")
+	case f.replicaAck > 0 && ttl < 3*(f.replicaTimeout+100*time.Millisecond):
+		// A renewal may wait the whole timeout (and Redis checks WAIT
+		// timeouts every 100 ms): a shorter lease runs out before its
+		// renewal answers whenever replicas are missing.
+		return usagef("--ttl %v: must be at least 3 x (--replica-timeout %v + 100ms)", ttl, f.replicaTimeout)
 	case f.noWait && cmd.Flags().Changed("wait"):
 		return usagef("use either --no-wait or --wait, not both")
 	case f.wait < 0:
@@ -206,7 +232,11 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	catchSIGPIPE()
 
 	ctx, stopWatching := watchSignals(sigs)
-	c, err := a.connect(ctx, "dlock run")
+	var opts []dlock.Option
+	if f.replicaAck > 0 {
+		opts = append(opts, dlock.WithReplicaAck(f.replicaAck, f.replicaTimeout, dlock.FailClosed))
+	}
+	c, err := a.connect(ctx, "dlock run", opts...)
 	if err != nil {
 		if serr := stopWatching(); serr != nil {
 			return interrupted(serr, "connecting to Redis")

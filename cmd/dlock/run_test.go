@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
@@ -574,5 +576,55 @@ func TestRunLeavesBackgroundProcessesRunning(t *testing.T) {
 	}
 	if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held {
 		t.Errorf("lock still held after dlock exited: %+v", info)
+	}
+}
+
+// With --replica-ack, each write of the lock is followed by WAIT, and a
+// grant the replica does not acknowledge is given back: COMMAND does not
+// run and dlock exits 69.
+func TestRunReplicaAck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb, url := master.Client(t), redisURL(master.Addr())
+	// WAITs sent so far (StartReplicated sent some).
+	waits := func() int {
+		for _, line := range lines(rdb.Info(ctx, "commandstats").Val()) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_wait:calls="); ok {
+				n, _ := strconv.Atoi(strings.Split(rest, ",")[0])
+				return n
+			}
+		}
+		return 0
+	}
+	before := waits()
+	dlockRun(t, nil, "--redis", url, "run", "--replica-ack", "1", "acked", "--", "true").want(t, 0)
+	if sent := waits() - before; sent < 2 {
+		t.Fatalf("%d WAITs sent, want at least 2 (after the grant and the release)", sent)
+	}
+
+	replica.Pause(t)
+	defer replica.Resume(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	r := dlockRun(t, nil, "--redis", url, "run", "--replica-ack", "1", "--replica-timeout", "100ms", "stalled", "--", "touch", ran).want(t, 69)
+	if !strings.Contains(r.stderr, "replicas") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("COMMAND ran although the grant was not acknowledged (%v)", err)
+	}
+	if info := inspect(t, lockClient(t, master.Addr()), "stalled"); info.Held {
+		t.Errorf("lock still held after a grant that failed closed: %+v", info)
+	}
+
+	for _, args := range [][]string{
+		{"--replica-ack", "-1"},
+		{"--replica-timeout", "1s"}, // without --replica-ack
+		{"--replica-ack", "1", "--replica-timeout", "0"},
+		{"--replica-ack", "1", "--ttl", "2s"},                             // a lease shorter than 3 x (1s + 100ms)
+		{"--replica-ack", "1", "--replica-timeout", "4s", "--ttl", "20s"}, // past 3/4 of the ReadTimeout (5s)
+	} {
+		args = append(append([]string{"--redis", url, "run"}, args...), "k", "--", "true")
+		dlockRun(t, nil, args...).want(t, 64)
 	}
 }
