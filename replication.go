@@ -84,12 +84,12 @@ type ReplicaReport struct {
 
 // WithReplicaAck makes the Client wait, after each write that acquires,
 // extends, renews or releases a lock (or permits of a Semaphore or
-// RWMutex), until replicas replicas acknowledged
-// it or timeout passed (WAIT replicas timeout; WAITAOF 1 replicas timeout
-// where the server has WAITAOF, Redis 7.2+, and runs with appendonly, so
-// that the write is also on disk: its replicas must then run with
-// appendonly too, or they never acknowledge). policy says what happens to
-// a lock the replicas did not acknowledge in time.
+// RWMutex), until replicas replicas acknowledged it or timeout passed
+// (WAIT replicas timeout; WAITAOF 1 replicas timeout where the server has
+// WAITAOF, Redis 7.2+, and runs with appendonly, so that the write is also
+// on disk: its replicas must then run with appendonly too, or they never
+// acknowledge). policy says what happens to a lock the replicas did not
+// acknowledge in time.
 //
 // It narrows, but does not close, the failover gap of asynchronous
 // replication: a replica that acknowledged has the lock, but Sentinel or
@@ -551,7 +551,7 @@ func (a *attempt) taken(ctx context.Context, got ack, fence uint64, start time.T
 	if a.n.ack != nil {
 		if err := a.n.ack.check(got, a.written("acquire")); err != nil {
 			a.abandon(ctx)
-			return backend.Grant{}, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w", kindOf(a.r.Permits), a.r.Key, err)
 		}
 	}
 	return a.grant(fence, start, a.r.TTL, start)
@@ -588,7 +588,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 	}
 	if err := a.n.ack.check(c.ack, a.written("acquire")); err != nil {
 		a.abandon(ctx)
-		return backend.Grant{}, true, fmt.Errorf("dlock: lock %q: %w", a.r.Key, err)
+		return backend.Grant{}, true, fmt.Errorf("dlock: %s %q: %w", kindOf(a.r.Permits), a.r.Key, err)
 	}
 	g, err = a.grant(fence, set, a.r.TTL, set)
 	return g, true, err
