@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -192,32 +191,6 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 			if rep.Kind != "semaphore" {
 				t.Errorf("report %+v: want kind semaphore", rep)
 			}
-		}
-	})
-
-	t.Run("AcceptAndReport", func(t *testing.T) {
-		var reports reportLog
-		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport), WithReplicaReport(reports.add))
-		replica.Pause(t)
-		defer replica.Resume(t)
-		l, err := c.RWMutex("accepted").TryRLock(ctx, WithoutRenewal())
-		if err != nil {
-			t.Fatalf("TryRLock = %v", err)
-		}
-		if err := l.Extend(ctx, time.Minute); err != nil {
-			t.Fatalf("Extend = %v", err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("Unlock = %v", err)
-		}
-		if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,extend,release" {
-			t.Errorf("reported %q, want acquire,extend,release", ops)
-		}
-		reports.mu.Lock()
-		rep := reports.rs[0]
-		reports.mu.Unlock()
-		if rep.Key != "accepted" || rep.Kind != "rwmutex" || rep.Acked != 0 || rep.Wanted != 1 || rep.Policy != AcceptAndReport {
-			t.Errorf("report = %+v", rep)
 		}
 	})
 }

@@ -33,6 +33,18 @@ func (r *reportLog) add(rep ReplicaReport) {
 	r.mu.Unlock()
 }
 
+// first returns the first report for token (zero if none).
+func (r *reportLog) first(token string) ReplicaReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range r.rs {
+		if rep.Token == token {
+			return rep
+		}
+	}
+	return ReplicaReport{}
+}
+
 func (r *reportLog) ops(token string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -246,29 +258,33 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
+	// For a lock and for permits (whose reports carry their kind).
 	t.Run("AcceptAndReport", func(t *testing.T) {
 		var reports reportLog
 		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport), WithReplicaReport(reports.add))
 		replica.Pause(t)
 		defer replica.Resume(t)
-		l, err := c.TryLock(ctx, "accepted", WithoutRenewal())
-		if err != nil {
-			t.Fatalf("TryLock = %v", err)
-		}
-		if err := l.Extend(ctx, time.Minute); err != nil {
-			t.Fatalf("Extend = %v", err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("Unlock = %v", err)
-		}
-		if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,extend,release" {
-			t.Errorf("reported %q, want acquire,extend,release", ops)
-		}
-		reports.mu.Lock()
-		rep := reports.rs[0]
-		reports.mu.Unlock()
-		if rep.Key != "accepted" || rep.Acked != 0 || rep.Wanted != 1 || rep.Policy != AcceptAndReport {
-			t.Errorf("report = %+v", rep)
+		for kind, take := range map[string]func() (*Lock, error){
+			"lock":      func() (*Lock, error) { return c.TryLock(ctx, "accepted", WithoutRenewal()) },
+			"semaphore": func() (*Lock, error) { return c.Semaphore("accepted", 2).TryAcquire(ctx, 1, WithoutRenewal()) },
+			"rwmutex":   func() (*Lock, error) { return c.RWMutex("accepted").TryRLock(ctx, WithoutRenewal()) },
+		} {
+			l, err := take()
+			if err != nil {
+				t.Fatalf("%s: taking = %v", kind, err)
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatalf("%s: Extend = %v", kind, err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("%s: Unlock = %v", kind, err)
+			}
+			if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,extend,release" {
+				t.Errorf("%s: reported %q, want acquire,extend,release", kind, ops)
+			}
+			if rep := reports.first(l.Token()); rep.Key != "accepted" || rep.Kind != kind || rep.Acked != 0 || rep.Wanted != 1 || rep.Policy != AcceptAndReport {
+				t.Errorf("%s: report = %+v", kind, rep)
+			}
 		}
 	})
 
