@@ -15,10 +15,10 @@ import (
 // Permits with WithReplicaAck: every write that grants, extends, renews or
 // gives them back is followed by a WAIT, as a lock's (replication.go).
 
-// replicaLease is what is left of token's lease in the holders of s as
-// rdb (a replica) has them: the entry's expiry less rdb's clock; 0 if rdb
-// has no entry for token.
-func replicaLease(t *testing.T, rdb *redis.Client, s *Semaphore, token string) time.Duration {
+// entryLease is what is left of token's lease in the holders of s as
+// rdb (the master or a replica) has them: the entry's expiry less rdb's
+// clock; 0 if rdb has no entry for token.
+func entryLease(t *testing.T, rdb *redis.Client, s *Semaphore, token string) time.Duration {
 	t.Helper()
 	expiry := entryExpiry(t, rdb, s, token)
 	if expiry == 0 {
@@ -59,13 +59,13 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 		s := c.Semaphore("acked", 3)
 		l := takeAcked(t, "Acquire", func() (*Lock, error) { return s.Acquire(ctx, 2, WithoutRenewal()) })
 		// WAIT returned 1: the replica applied the grant already.
-		if d := replicaLease(t, rr, s, l.Token()); d <= 0 {
+		if d := entryLease(t, rr, s, l.Token()); d <= 0 {
 			t.Fatalf("replica lease right after Acquire = %v", d)
 		}
 		if err := l.Extend(ctx, 20*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if d := replicaLease(t, rr, s, l.Token()); d < 19*time.Second {
+		if d := entryLease(t, rr, s, l.Token()); d < 19*time.Second {
 			t.Fatalf("replica lease right after Extend = %v", d)
 		}
 		if err := l.Unlock(ctx); err != nil {
@@ -89,7 +89,7 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 		// A read-write lock's writer likewise.
 		m := c.RWMutex("acked")
 		w := takeAcked(t, "RWMutex.Lock", func() (*Lock, error) { return m.Lock(ctx) })
-		if d := replicaLease(t, rr, &m.s, w.Token()); d <= 0 {
+		if d := entryLease(t, rr, &m.s, w.Token()); d <= 0 {
 			t.Fatalf("replica lease right after RWMutex.Lock = %v", d)
 		}
 		_ = w.Unlock(ctx)
@@ -113,7 +113,7 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		if d := replicaLease(t, rr, ws, r.l.Token()); d < 19*time.Second {
+		if d := entryLease(t, rr, ws, r.l.Token()); d < 19*time.Second {
 			t.Fatalf("replica lease right after the hand-over = %v, want the full 20s", d)
 		}
 		_ = r.l.Unlock(ctx)
@@ -160,31 +160,9 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 			t.Fatalf("Available after a fail-closed hand-over = %d, %v; want 1", n, err)
 		}
 
-		// An extension the replica did not acknowledge is not trusted, nor
-		// are renewals: the permits are lost when the lease the replica
-		// has runs out.
-		if err := fixed.Extend(ctx, 20*time.Second); !errors.Is(err, ErrNotReplicated) {
-			t.Fatalf("Extend = %v, want ErrNotReplicated", err)
-		}
-		if fixed.Context().Err() != nil {
-			t.Fatal("permits lost by a failed extension")
-		}
-		for _, l := range []*Lock{renewed, fixed} {
-			select {
-			case <-l.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%q kept although its lease is not replicated", l.Key())
-			}
-			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
-				t.Fatalf("%q: cause = %v", l.Key(), cause)
-			}
-		}
-		if ops := reports.ops(renewed.Token()); len(ops) == 0 || ops[0] != "renew" {
-			t.Errorf("reports for the renewed permits: %v", ops)
-		}
-		if ops := reports.ops(fixed.Token()); len(ops) != 1 || ops[0] != "extend" {
-			t.Errorf("reports for the extended permits: %v", ops)
-		}
+		unackedLeasesLost(t, &reports, renewed, fixed, func(l *Lock) time.Duration {
+			return entryLease(t, rdb, c.Semaphore(l.Key(), 2), l.Token())
+		})
 		reports.mu.Lock()
 		defer reports.mu.Unlock()
 		for _, rep := range reports.rs {

@@ -84,6 +84,40 @@ func takeAcked(t *testing.T, what string, take func() (*Lock, error)) *Lock {
 	return nil
 }
 
+// unackedLeasesLost checks, on a FailClosed Client whose replica is
+// paused, that an Extend of fixed (held without renewal) fails with
+// ErrNotReplicated and is not trusted, nor are the renewals of renewed:
+// both are lost when the lease the replica has runs out, although the
+// master's (read by masterLease) has not, and reported.
+func unackedLeasesLost(t *testing.T, reports *reportLog, renewed, fixed *Lock, masterLease func(*Lock) time.Duration) {
+	t.Helper()
+	if err := fixed.Extend(context.Background(), 20*time.Second); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Extend = %v, want ErrNotReplicated", err)
+	}
+	if fixed.Context().Err() != nil {
+		t.Fatal("lost by a failed extension")
+	}
+	for _, l := range []*Lock{renewed, fixed} {
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q kept although its lease is not replicated", l.Key())
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("%q: cause = %v", l.Key(), cause)
+		}
+		if d := masterLease(l); d <= 0 {
+			t.Errorf("%q: the master's lease (%v) ran out before the holder gave up", l.Key(), d)
+		}
+	}
+	if ops := reports.ops(renewed.Token()); len(ops) == 0 || ops[0] != "renew" {
+		t.Errorf("reports for the renewed one: %v", ops)
+	}
+	if ops := reports.ops(fixed.Token()); len(ops) != 1 || ops[0] != "extend" {
+		t.Errorf("reports for the extended one: %v", ops)
+	}
+}
+
 // Every extend call answered "held" writes, even one that changes nothing:
 // with WithReplicaAck, the WAIT sent after it must cover a write of its own
 // connection (a server may count only those).
@@ -227,35 +261,9 @@ func TestReplicaAck(t *testing.T) {
 			t.Fatalf("a fail-closed hand-over is still held: %+v", info)
 		}
 
-		// An extension the replica did not acknowledge is not trusted: the
-		// lock is lost when the lease the replica has runs out, although
-		// the master would keep it for longer.
-		if err := fixed.Extend(ctx, 20*time.Second); !errors.Is(err, ErrNotReplicated) {
-			t.Fatalf("Extend = %v, want ErrNotReplicated", err)
-		}
-		if fixed.Context().Err() != nil {
-			t.Fatal("lock lost by a failed extension")
-		}
-		// Renewals likewise.
-		for _, l := range []*Lock{renewed, fixed} {
-			select {
-			case <-l.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%q kept although its lease is not replicated", l.Key())
-			}
-			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
-				t.Fatalf("%q: cause = %v", l.Key(), cause)
-			}
-			if d := rdb.PTTL(ctx, c.keys(l.Key()).lock).Val(); d <= 0 {
-				t.Errorf("%q: the master's lease (%v) ran out before the holder gave up", l.Key(), d)
-			}
-		}
-		if ops := reports.ops(renewed.Token()); len(ops) == 0 || ops[0] != "renew" {
-			t.Errorf("reports for the renewed lock: %v", ops)
-		}
-		if ops := reports.ops(fixed.Token()); len(ops) != 1 || ops[0] != "extend" {
-			t.Errorf("reports for the extended lock: %v", ops)
-		}
+		unackedLeasesLost(t, &reports, renewed, fixed, func(l *Lock) time.Duration {
+			return rdb.PTTL(ctx, c.keys(l.Key()).lock).Val()
+		})
 	})
 
 	// For a lock and for permits (whose reports carry their kind).
