@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
@@ -73,6 +74,21 @@ func lockAsync(ctx context.Context, c *Client, key string, opts ...LockOption) <
 		got <- lockResult{l, err}
 	}()
 	return got
+}
+
+// keyOffMaster returns a key served by another master than key's lock.
+func keyOffMaster(t *testing.T, cc *redis.ClusterClient, c *Client, key string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		other := fmt.Sprintf("elsewhere:%d", i)
+		m, err := cc.MasterForKey(context.Background(), other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr != masterOf(t, cc, c, key) {
+			return other
+		}
+	}
 }
 
 // masterOf returns the address of the master serving key's lock.
@@ -198,6 +214,22 @@ func testClusterPrimitives(t *testing.T, cl *redistest.Cluster) {
 		}
 		if info, _ := other.Inspect(ctx, l.Key()); !info.Held {
 			t.Fatalf("%q released by the inner Unlock", l.Key())
+		}
+		// Txn writes in the lock's slot, on its master; a command for
+		// another master's slot fails the transaction, which then
+		// applies nothing.
+		own := "{" + backend.Tag(l.Key()) + "}:txn"
+		elsewhere := keyOffMaster(t, cc, c, l.Key())
+		if err := l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, own, "x", 0); return nil }); err != nil {
+			t.Fatalf("%q: Txn: %v", l.Key(), err)
+		}
+		err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Del(ctx, own)
+			pipe.Set(ctx, elsewhere, "x", 0)
+			return nil
+		})
+		if err == nil || cc.Get(ctx, own).Val() != "x" || cc.Exists(ctx, elsewhere).Val() != 0 {
+			t.Fatalf("%q: Txn across slots = %v, and applied some of it", l.Key(), err)
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatalf("%q: Unlock: %v", l.Key(), err)

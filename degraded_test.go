@@ -80,6 +80,9 @@ func TestDegradedModeWhenRedisIsDown(t *testing.T) {
 	if _, err := l.TTL(ctx); !errors.Is(err, ErrDegraded) {
 		t.Errorf("TTL of a degraded lock = %v, want ErrDegraded", err)
 	}
+	if err := l.Txn(ctx, func(redis.Pipeliner) error { return nil }); !errors.Is(err, ErrDegraded) {
+		t.Errorf("Txn of a degraded lock = %v, want ErrDegraded", err)
+	}
 	// It still excludes the Client's other goroutines...
 	if _, err := c.TryLock(ctx, "job"); !errors.Is(err, ErrNotObtained) {
 		t.Errorf("TryLock while a degraded lock is held = %v, want ErrNotObtained", err)

@@ -2,7 +2,8 @@
 // default: owner-checked atomic Lua scripts, millisecond leases renewed by a
 // watchdog, a Context cancelled the moment a lock is lost, and a fencing
 // token that increases with every grant so the protected resource can turn
-// away a stale holder.
+// away a stale holder. For data kept in Redis, Lock.Txn applies a
+// MULTI/EXEC only while the lock is still held.
 //
 // Waiting is fair and cheap: waiters queue in Redis in arrival order, and a
 // release hands the lock to the next live waiter and wakes only that one.

@@ -102,6 +102,32 @@ func ExampleLock_Fence() {
 	// late write: true
 }
 
+func ExampleLock_Txn() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+	rdb.Set(ctx, "{order:42}:stock", 10, 0)
+
+	l, err := locks.Lock(ctx, "order:42")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Unlock(ctx)
+	// Applied only if this holder still holds the lock when Redis runs
+	// it; the keys share the lock's hash tag, so it works on Redis Cluster
+	// too.
+	var stock *redis.IntCmd
+	err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		stock = pipe.Decr(ctx, "{order:42}:stock")
+		pipe.Set(ctx, "{order:42}:state", "reserved", 0)
+		return nil
+	})
+	fmt.Println("stock:", stock.Val(), "err:", err)
+	// Output: stock: 9 err: <nil>
+}
+
 func ExampleWithRetry() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()

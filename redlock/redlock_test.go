@@ -734,3 +734,28 @@ func TestSemaphoresRefused(t *testing.T) {
 		}
 	}
 }
+
+// Txn guards a write with one deployment's WATCH: a majority of masters
+// has no such guard, and Txn says so.
+func TestTxnRefused(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "order:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, "{order:42}:state", "paid", 0)
+		return nil
+	})
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Txn on Redlock = %v, want errors.ErrUnsupported", err)
+	}
+	for _, rdb := range cl.rdbs {
+		if n := rdb.Exists(ctx, "{order:42}:state").Val(); n != 0 {
+			t.Fatal("a refused Txn wrote")
+		}
+	}
+}

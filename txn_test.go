@@ -1,0 +1,165 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestTxnAppliesWhileHeld(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "order:42")
+	var stock *redis.IntCmd
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, "{order:42}:state", "paid", 0)
+		stock = pipe.IncrBy(ctx, "{order:42}:stock", -1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stock.Val() != -1 || rdb.Get(ctx, "{order:42}:state").Val() != "paid" {
+		t.Fatalf("after Txn: stock reply %d, state %q", stock.Val(), rdb.Get(ctx, "{order:42}:state").Val())
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("lock lost by a Txn")
+	}
+	_ = l.Unlock(ctx)
+}
+
+// A lock lost before Txn, or between its check and EXEC (taken away, or
+// its lease run out), has nothing applied, and the Lock learns it.
+func TestTxnOfALostLockAppliesNothing(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	admin := newClientOn(t, rdb)
+	for _, tc := range []struct {
+		name string
+		opts []LockOption
+		// lose loses the lock: before Txn if inside is false, else from
+		// fn, after Txn's check and before its EXEC.
+		lose   func(t *testing.T, l *Lock)
+		inside bool
+	}{
+		{"force-released before", nil, func(t *testing.T, l *Lock) {
+			if err := admin.ForceRelease(ctx, l.Key()); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"force-released during", nil, func(t *testing.T, l *Lock) {
+			if err := admin.ForceRelease(ctx, l.Key()); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"lease run out during", []LockOption{WithTTL(50 * time.Millisecond), WithoutRenewal()}, func(t *testing.T, l *Lock) {
+			// By the server's clock, without reading the key (which would
+			// delete it, and so abort the EXEC, whether or not Redis
+			// minds an expiry alone).
+			at, err := rdb.Do(ctx, "PEXPIRETIME", c.keys(l.Key()).lock).Int64()
+			if err != nil || at < 0 {
+				t.Fatalf("PEXPIRETIME = %d, %v", at, err)
+			}
+			waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return rdb.Time(ctx).Val().UnixMilli() > at })
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustLock(t, c, "lost", tc.opts...)
+			data := "{lost}:data"
+			if !tc.inside {
+				tc.lose(t, l)
+			}
+			calls := 0
+			err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+				if calls++; tc.inside && calls == 1 {
+					tc.lose(t, l)
+				}
+				pipe.Set(ctx, data, "late write", 0)
+				return nil
+			})
+			if !errors.Is(err, ErrLockLost) {
+				t.Fatalf("Txn = %v, want ErrLockLost", err)
+			}
+			if n := rdb.Exists(ctx, data).Val(); n != 0 {
+				t.Fatal("a lost lock's Txn was applied")
+			}
+			if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+				t.Fatalf("the Lock's Context: %v", context.Cause(l.Context()))
+			}
+		})
+	}
+}
+
+// A renewal or Extend between Txn's check and EXEC moves the key: Txn
+// starts over and applies fn's commands once, and gives up if the key
+// keeps moving.
+func TestTxnStartsOverWhenTheKeyMoved(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "moved", WithTTL(time.Minute))
+	extendFirst := func(times int) (calls int, err error) {
+		err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			if calls++; calls <= times {
+				if err := l.Extend(ctx, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pipe.Incr(ctx, "{moved}:n")
+			return nil
+		})
+		return calls, err
+	}
+	if calls, err := extendFirst(1); err != nil || calls != 2 {
+		t.Fatalf("Txn with one Extend inside = %v after %d calls of fn, want nil after 2", err, calls)
+	}
+	if n := rdb.Get(ctx, "{moved}:n").Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1: applied once", n)
+	}
+	if calls, err := extendFirst(maxTxnAttempts); !errors.Is(err, redis.TxFailedErr) || calls != maxTxnAttempts {
+		t.Fatalf("Txn with the key always moving = %v after %d calls of fn, want TxFailedErr after %d", err, calls, maxTxnAttempts)
+	}
+	if n := rdb.Get(ctx, "{moved}:n").Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1: nothing applied by a Txn that gave up", n)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("lock lost by a Txn")
+	}
+	_ = l.Unlock(ctx)
+}
+
+func TestTxnBadInput(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	queue := func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, "{k}:data", "x", 0)
+		return nil
+	}
+	l := mustLock(t, c, "k")
+	if err := l.Txn(ctx, nil); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Txn(nil) = %v, want ErrInvalidOption", err)
+	}
+	mine := errors.New("fn's own")
+	if err := l.Txn(ctx, func(pipe redis.Pipeliner) error { _ = queue(pipe); return mine }); err != mine {
+		t.Errorf("Txn whose fn fails = %v, want fn's error as it is", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Txn(ctx, queue); !errors.Is(err, ErrReleased) {
+		t.Errorf("Txn after Unlock = %v, want ErrReleased", err)
+	}
+	p, err := c.Semaphore("k", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Txn(ctx, queue); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Txn of permits = %v, want ErrInvalidOption", err)
+	}
+	_ = p.Unlock(ctx)
+	if n := rdb.Exists(ctx, "{k}:data").Val(); n != 0 {
+		t.Fatal("a refused Txn was applied")
+	}
+}
