@@ -3,9 +3,14 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -162,4 +167,57 @@ func TestTxnBadInput(t *testing.T) {
 	if n := rdb.Exists(ctx, "{k}:data").Val(); n != 0 {
 		t.Fatal("a refused Txn was applied")
 	}
+}
+
+// A holder cut off from Redis in the middle of a Txn (its connection
+// frozen after the check, with the MULTI/EXEC on its way) loses the lock to
+// another, which writes; when the connection comes back, its EXEC applies
+// nothing: only the newer holder's write is there.
+func TestTxnOfAPausedHolderAppliesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	p, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	paused := newClientOn(t, redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second}))
+	other := newClientOn(t, rdb)
+	const log = "{paused}:log"
+	appendFence := func(l *Lock) func(redis.Pipeliner) error {
+		return func(pipe redis.Pipeliner) error {
+			pipe.RPush(ctx, log, l.Fence())
+			return nil
+		}
+	}
+
+	old := mustLock(t, paused, "paused", WithTTL(200*time.Millisecond))
+	frozen := make(chan struct{})
+	var freeze sync.Once
+	done := make(chan error, 1)
+	go func() {
+		done <- old.Txn(ctx, func(pipe redis.Pipeliner) error {
+			freeze.Do(func() {
+				p.Freeze() // after the check: the EXEC waits behind it
+				close(frozen)
+			})
+			return appendFence(old)(pipe)
+		})
+	}()
+	<-frozen
+	// The lease runs out unrenewed (the renewals are frozen too); the
+	// other Client takes the lock and writes.
+	newer := mustLock(t, other, "paused")
+	if err := newer.Txn(ctx, appendFence(newer)); err != nil {
+		t.Fatal(err)
+	}
+	p.Thaw()
+	if err := <-done; !errors.Is(err, ErrLockLost) {
+		t.Fatalf("the paused holder's Txn = %v, want ErrLockLost", err)
+	}
+	if got, want := rdb.LRange(ctx, log, 0, -1).Val(), []string{strconv.FormatUint(newer.Fence(), 10)}; !slices.Equal(got, want) {
+		t.Fatalf("log = %v, want only the newer holder's fence %v", got, want)
+	}
+	_ = newer.Unlock(ctx)
 }
