@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,7 +123,9 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 
 	t.Run("FailClosed", func(t *testing.T) {
 		var reports reportLog
-		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
+		var logs syncBuffer
+		c := newClientOn(t, rdb, WithReplicaAck(1, 100*time.Millisecond, FailClosed), WithReplicaReport(reports.add),
+			WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		plain := newClientOn(t, rdb)
 		// Taken before the pause.
 		renewed := takeAcked(t, "Acquire", func() (*Lock, error) {
@@ -169,6 +173,9 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 			if rep.Kind != "semaphore" {
 				t.Errorf("report %+v: want kind semaphore", rep)
 			}
+		}
+		if out := logs.String(); !strings.Contains(out, "not acknowledged") || !strings.Contains(out, "key=fc kind=semaphore") {
+			t.Errorf("no warning with the kind logged:\n%s", out)
 		}
 	})
 }
