@@ -18,7 +18,8 @@ const maxTxnAttempts = 5
 // WATCHes the lock's key, checks that the key names this holder, and EXEC
 // applies nothing if the key changed or expired since. It is the owner
 // guard of etcd's Mutex.IsOwner for data kept in Redis: a holder that
-// paused past its lease, or lost the lock any other way, cannot write.
+// paused past its lease, or lost the lock any other way, cannot write. It
+// costs three round trips: WATCH, the check, and MULTI/EXEC.
 //
 // fn only queues commands (their replies are filled in when Txn returns
 // nil), and may be called again: Txn starts over, a few times, when the
