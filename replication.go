@@ -33,10 +33,11 @@ import (
 // serves them only so), else after the client reloaded its slot map.
 
 // ErrNotReplicated means that fewer replicas than WithReplicaAck asks for
-// acknowledged a lock's grant or extension within its timeout. With
-// FailClosed, Lock and TryLock return it after releasing the lock again,
-// and Extend returns it (the lease is then trusted no further than the
-// last acknowledged one, nor than the one asked for).
+// acknowledged the grant or extension of a lock (or of permits) within
+// its timeout. With FailClosed, Lock and TryLock (and a Semaphore's or
+// RWMutex's acquisitions) return it after releasing the lock again, and
+// Extend returns it (the lease is then trusted no further than the last
+// acknowledged one, nor than the one asked for).
 var ErrNotReplicated = errors.New("dlock: lock write not acknowledged by enough replicas")
 
 // ReplicaPolicy says what a Client does with a lock write that fewer
@@ -582,7 +583,7 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 	switch {
 	case err != nil:
 		a.abandon(ctx)
-		return backend.Grant{}, true, redisError("lock", a.r.Key, err)
+		return backend.Grant{}, true, redisError(kindOf(a.r.Permits), a.r.Key, err)
 	case v != 1:
 		return backend.Grant{}, false, nil
 	}

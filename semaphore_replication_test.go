@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // Permits with WithReplicaAck: every write that grants, extends, renews or
@@ -220,4 +221,56 @@ func TestSemaphoreCheckLengthensHandOver(t *testing.T) {
 		t.Fatalf("Available = %d, %v; want 1", n, err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// failEvalSha fails each pipeline that has an EVALSHA of sha, without
+// sending it, as a connection that broke would.
+type failEvalSha struct {
+	testutil.PassHook
+	sha string
+}
+
+func (f failEvalSha) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == f.sha {
+				err := errors.New("connection broke")
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Permits handed over whose lease the waiter cannot set again (the write
+// fails) are given back, and the error names the semaphore, not a lock.
+func TestSemaphoreAckedHandOverErrorNamesKind(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, srv := newTestClient(t)
+	wrdb := srv.Client(t)
+	wrdb.AddHook(failEvalSha{sha: permitsExtendScript.Hash()})
+	// No replica: the queued checks' WAITs just time out. No polling: the
+	// waiter learns of the hand-over from its message (handedOver), not
+	// from a check.
+	waiter := newClientOn(t, wrdb, WithReplicaAck(1, 10*time.Millisecond, FailClosed), noPolling)
+	held, err := c.Semaphore("handed", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := waiter.Semaphore("handed", 1)
+	got := acquireAsync(ctx, ws, 1)
+	waitSemQueued(t, rdb, ws, 1)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err == nil || !strings.Contains(r.err.Error(), `semaphore "handed"`) {
+		t.Fatalf("Acquire = %v, %v; want an error naming semaphore \"handed\"", r.l, r.err)
+	}
+	if n, err := ws.Available(ctx); n != 1 || err != nil {
+		t.Fatalf("Available after the failed hand-over = %d, %v; want 1", n, err)
+	}
 }

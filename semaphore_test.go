@@ -374,6 +374,19 @@ func TestSemaphoreKeyOfWrongType(t *testing.T) {
 	if n := rdb.Exists(ctx, k.queue, k.waiters).Val(); n != 0 {
 		t.Fatal("a failed Acquire left a queue entry")
 	}
+	// Fields named like bookkeeping, and no holder: still not a
+	// semaphore's, and a grant would write into it and set its expiry.
+	rdb.Del(ctx, k.lock)
+	rdb.HSet(ctx, k.lock, ":config", "not a holder")
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("a hash of ':' fields that is not a semaphore's: %v", err)
+	}
+	if _, err := s.Available(ctx); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("Available on a hash of ':' fields: %v", err)
+	}
+	if v, ttl := rdb.HGetAll(ctx, k.lock).Val(), rdb.PTTL(ctx, k.lock).Val(); len(v) != 1 || v[":config"] != "not a holder" || ttl != -1 {
+		t.Fatalf("the other data was changed: %v, PTTL %v", v, ttl)
+	}
 }
 
 func TestSemaphoreNamesAreTheirOwn(t *testing.T) {

@@ -28,14 +28,17 @@ local function not_semaphore()
 end
 
 -- each_holder calls fn(token, h) for every holder entry h of KEYS[1],
--- skipping the bookkeeping (a field from ':' on: tokens are hex), and
--- fails the script at a field that is not a holder's. It returns the
--- fields it read.
-local function each_holder(fn)
+-- skipping STATE, and fails the script at a field that is not a holder's.
+-- With any_colon it skips every field from ':' on (tokens are hex), as a
+-- reader may (bookkeeping of a later version); settle does not, or it
+-- would take a hash of such fields alone for an empty semaphore and
+-- write into it. It returns the fields it read.
+local function each_holder(fn, any_colon)
   local fields = redis.call('HGETALL', KEYS[1])
   for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 1) ~= ':' then
-      fn(fields[i], holder(fields[i + 1]) or not_semaphore())
+    local f = fields[i]
+    if f ~= STATE and not (any_colon and string.sub(f, 1, 1) == ':') then
+      fn(f, holder(fields[i + 1]) or not_semaphore())
     end
   end
   return fields

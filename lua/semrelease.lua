@@ -23,7 +23,7 @@ local h = s.mine
 -- ForceRelease of a token not in the hash: a hash that is not a
 -- semaphore's fails as in seminspect.lua, not as nothing held. Not settle:
 -- it checks the capacity, which ForceRelease may give another.
-if not h and not leave then each_holder(function() end) end
+if not h and not leave then each_holder(function() end, true) end
 if h then drop(s, token, h) end
 -- A live holder's permits go to the waiters under the capacity it was
 -- granted with: an operator's ForceRelease (admin_permits.go) may give
