@@ -95,13 +95,15 @@ would refuse holders whose permits are still good). inspect and release
 (status 75) does not name the holders.
 
 With --replica-ack N (Sentinel, or any Redis with replicas), each write of
-the lock (its grant, renewals and release) is followed by WAIT N: a grant
-that fewer than N replicas acknowledge within --replica-timeout is given
-back and dlock exits 69 without running COMMAND, and an unacknowledged
+the lock or permits (the grant, renewals and release) is followed by WAIT
+N: a grant that fewer than N replicas acknowledge within --replica-timeout
+is given back and dlock exits 69 without running COMMAND, and an unacknowledged
 renewal counts as failed, so COMMAND is stopped (status 79) if the lease the
 replicas have runs out. A failover then promotes a replica that has the
 lock, unless it picks one that did not acknowledge: the window narrows, it
-does not close. Keep --ttl above 3 x (--replica-timeout + 100ms).
+does not close. --ttl must be at least 3 x (--replica-timeout + 100ms), and
+--replica-timeout at most 3/4 of the connection's read timeout (5s, or the
+URL's read_timeout).
 
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
@@ -147,7 +149,7 @@ acknowledged).`,
 	fs.StringVar(&f.meta, "meta", "", "free text stored with the lock's holder, shown by inspect (default: COMMAND's name)")
 	fs.Int64Var(&f.capacity, "capacity", 0, "make KEY a semaphore of this many permits instead of a lock (every user of KEY must give the same)")
 	fs.Int64Var(&f.permits, "permits", 1, "with --capacity: how many of the semaphore's permits to hold")
-	fs.IntVar(&f.replicaAck, "replica-ack", 0, "after each write of the lock, wait until this many replicas have it; a grant they do not acknowledge in time fails (status 69); 0 does not wait")
+	fs.IntVar(&f.replicaAck, "replica-ack", 0, "after each write of the lock (or permits), wait until this many replicas have it; a grant they do not acknowledge in time fails (status 69); 0 does not wait")
 	fs.DurationVar(&f.replicaTimeout, "replica-timeout", time.Second, "with --replica-ack: how long a write waits for the replicas")
 	return cmd
 }

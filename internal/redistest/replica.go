@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 func StartReplicated(t testing.TB, opts ...Option) (master, replica *Server) {
 	t.Helper()
 	master = Start(t, opts...)
-	replica = Start(t, append(opts, WithConfig("replicaof", "127.0.0.1", strconv.Itoa(master.Port())))...)
+	replica = Start(t, append(slices.Clip(opts), WithConfig("replicaof", "127.0.0.1", strconv.Itoa(master.Port())))...)
 	WaitReplicaAcks(t, master.Client(t))
 	return master, replica
 }
