@@ -15,7 +15,9 @@
 // as "other". WithKeyGroup and WithMaxGroups change both. The label kind
 // says what the key names: "lock", "semaphore" or "rwmutex" (the permits of
 // Client.Semaphore and Client.RWMutex), so that a lock and a semaphore of
-// one name make separate series; re-entries are of locks only.
+// one name make separate series; re-entries are of locks only. For permits,
+// the waiting calls (Acquire, RLock, an RWMutex's Lock) count as mode
+// "lock" and their Try forms as "trylock".
 //
 // The metrics (with the default namespace "dlock"):
 //
