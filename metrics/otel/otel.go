@@ -16,8 +16,10 @@
 // "other" (WithKeyGroup, WithMaxGroups). Metrics and spans carry what the
 // key names too (dlock.kind: "lock", "semaphore" or "rwmutex", the permits
 // of Client.Semaphore and Client.RWMutex), so that a lock and a semaphore
-// of one name make separate points; re-entries are of locks only. Spans
-// carry the key itself (dlock.key) unless WithoutKeyInSpans.
+// of one name make separate points; re-entries are of locks only. For
+// permits, the waiting calls (Acquire, RLock, an RWMutex's Lock) have
+// dlock.mode "lock" and their Try forms "trylock". Spans carry the key
+// itself (dlock.key) unless WithoutKeyInSpans.
 //
 // Instruments (meter "github.com/dlock-go/dlock/metrics/otel"):
 //
