@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -28,8 +29,11 @@ import (
 // then finds no two trusted intervals of different holds of one key that
 // overlap, except across a restart of redis-server without persistence
 // (docs/safety.md), and a larger fence for the later of two holds one of
-// which ended before the other began. TestMain's goleak finds no goroutine
-// left running.
+// which ended before the other began. Holders also append their fence to a
+// list through Lock.Txn (Traffic.Guard), whose fences must be in order
+// (TestTxnOfAPausedHolderAppliesNothing makes the stale write that this
+// would catch on purpose). TestMain's goleak finds no goroutine left
+// running.
 //
 // CHAOS_DURATION (a Go duration, 15s by default) sets its run time, and
 // CHAOS_SEED replays a failure with its logged seed. (An overlap once
@@ -44,6 +48,7 @@ func TestChaos(t *testing.T) {
 	ch.Sentinels = chaosSentinels
 	ch.MinLease, ch.MaxLease = 100*time.Millisecond, time.Second
 	ch.HoldMax = 500 * time.Millisecond
+	ch.Guard = true
 	// Calls are not checked for hangs beyond Run's: with go-redis's
 	// defaults (3 s reads, 3 retries), a call may outlast its context by
 	// many seconds on a connection frozen for a while.
@@ -145,12 +150,38 @@ func (ch *chaos) run(seed uint64, dur time.Duration) {
 	for _, p := range res.Problems {
 		ch.Problem("%s", p)
 	}
+	guarded := ch.checkGuarded(admin)
 	byKind, errKinds := ch.Summary()
-	t.Logf("ops %d, holds %d, restarts %d, ops by kind %v, faults %v, errors %v",
-		ops, len(ch.Holds()), len(ch.restarts), byKind, ch.faults, errKinds)
+	t.Logf("ops %d, holds %d, restarts %d, guarded writes kept %d, ops by kind %v, faults %v, errors %v",
+		ops, len(ch.Holds()), len(ch.restarts), guarded, byKind, ch.faults, errKinds)
 	for _, p := range ch.Problems() {
 		t.Error(p)
 	}
+}
+
+// checkGuarded reads the guarded writes of each key (Traffic.Guard) and
+// finds their fences in order: a holder's Txn applied only while it held
+// the lock, so none came after a later holder's. It returns how many
+// writes the server kept (a restart drops those before it).
+func (ch *chaos) checkGuarded(admin *redis.Client) int {
+	kept := 0
+	for _, key := range ch.Keys {
+		log, err := admin.LRange(context.Background(), chaoscheck.GuardLog(key), 0, -1).Result()
+		if err != nil {
+			ch.Problem("reading %s: %v", chaoscheck.GuardLog(key), err)
+			continue
+		}
+		kept += len(log)
+		var last uint64
+		for i, s := range log {
+			fence, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || fence < last {
+				ch.Problem("%s: write %d has fence %q after %d: a stale holder's Txn was applied", key, i, s, last)
+			}
+			last = max(last, fence)
+		}
+	}
+	return kept
 }
 
 // fault injects one fault. It runs on a goroutine of its own: t is from

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/backend"
 )
@@ -34,6 +36,9 @@ type Traffic struct {
 	// CallSlack is how long after its context's end a call may return
 	// before it counts as a hang; zero: not checked.
 	CallSlack time.Duration
+	// Guard makes holders also write through Lock.Txn, appending their
+	// fence to the list GuardLog(key) (a Client on one deployment only).
+	Guard bool
 
 	mu       sync.Mutex
 	holds    []*Hold
@@ -249,11 +254,34 @@ func (tr *Traffic) holdFor(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock,
 				tr.checkErr("ttl", err)
 			case 2:
 				tr.reenter(c, r, l)
+			case 3:
+				if tr.Guard {
+					tr.guard(r, l)
+				}
 			}
 		}
 		time.Sleep(time.Duration(1+r.IntN(4)) * time.Millisecond)
 	}
 	check()
+}
+
+// GuardLog is the list a holder's guarded writes append its fence to (see
+// Traffic.Guard): in the key's slot, as Txn requires on Redis Cluster.
+func GuardLog(key string) string { return "{" + backend.Tag(key) + "}:guarded" }
+
+// guard appends l's fence to its key's GuardLog through l.Txn.
+func (tr *Traffic) guard(r *rand.Rand, l *dlock.Lock) {
+	tr.Count(&tr.ops, "txn")
+	ctx, cancel, limit := callCtx(r)
+	defer cancel()
+	var err error
+	tr.timed("Txn", limit, func() {
+		err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			pipe.RPush(ctx, GuardLog(l.Key()), l.Fence())
+			return nil
+		})
+	})
+	tr.checkErr("txn", err)
 }
 
 func (tr *Traffic) reenter(c *dlock.Client, r *rand.Rand, l *dlock.Lock) {
