@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
@@ -218,7 +217,7 @@ func testClusterPrimitives(t *testing.T, cl *redistest.Cluster) {
 		// Txn writes in the lock's slot, on its master; a command for
 		// another master's slot fails the transaction, which then
 		// applies nothing.
-		own := "{" + backend.Tag(l.Key()) + "}:txn"
+		own := l.SlotKey("txn")
 		elsewhere := keyOffMaster(t, cc, c, l.Key())
 		if err := l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, own, "x", 0); return nil }); err != nil {
 			t.Fatalf("%q: Txn: %v", l.Key(), err)
@@ -729,6 +728,13 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 		if _, err := l.TTL(ctx); err != nil {
 			t.Errorf("TTL during the migration: %v", err)
 		}
+		// Txn cannot follow ASK (go-redis's Watch sends no ASKING, and
+		// gives up without running the check): it fails and writes
+		// nothing, but the lock is still held, not lost.
+		err := l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, "{moving}:txn", "x", 0); return nil })
+		if err == nil || errors.Is(err, ErrLockLost) || l.Context().Err() != nil {
+			t.Errorf("Txn during the migration = %v, the lock's Context %v; want an error, the lock held", err, context.Cause(l.Context()))
+		}
 		// So do the writes of the lock whose writes wait for a replica,
 		// sent on the connection of a master of their own choosing: they
 		// must follow ASK too, or the lock cannot be renewed until the
@@ -766,6 +772,12 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	}
 	if info, err := third.Inspect(ctx, key); err != nil || info.Owner != l.Token() || info.Waiters != 1 {
 		t.Fatalf("after the migration Inspect = %+v, %v", info, err)
+	}
+	if cc.Exists(ctx, "{moving}:txn").Val() != 0 {
+		t.Fatal("the Txn sent during the migration was applied")
+	}
+	if err := l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, "{moving}:txn", "x", 0); return nil }); err != nil {
+		t.Fatalf("Txn after the migration: %v", err)
 	}
 	if _, err := third.TryLock(ctx, key); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock after the migration = %v, want ErrNotObtained", err)

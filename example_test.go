@@ -116,16 +116,21 @@ func ExampleLock_Txn() {
 	}
 	defer l.Unlock(ctx)
 	// Applied only if this holder still holds the lock when Redis runs
-	// it; the keys share the lock's hash tag, so it works on Redis Cluster
-	// too.
+	// it. SlotKey names keys in the lock's hash slot ("{order:42}:stock"),
+	// so it works on Redis Cluster too.
 	var stock *redis.IntCmd
 	err = l.Txn(ctx, func(pipe redis.Pipeliner) error {
-		stock = pipe.Decr(ctx, "{order:42}:stock")
-		pipe.Set(ctx, "{order:42}:state", "reserved", 0)
+		stock = pipe.Decr(ctx, l.SlotKey("stock"))
+		pipe.Set(ctx, l.SlotKey("state"), "reserved", 0)
 		return nil
 	})
-	fmt.Println("stock:", stock.Val(), "err:", err)
-	// Output: stock: 9 err: <nil>
+	if err != nil {
+		// stock is unset: not applied (ErrLockLost: another holder
+		// may have written since), or unknown for a lost reply.
+		panic(err)
+	}
+	fmt.Println("stock:", stock.Val())
+	// Output: stock: 9
 }
 
 func ExampleWithRetry() {

@@ -37,7 +37,8 @@ import (
 // its timeout. With FailClosed, Lock and TryLock (and a Semaphore's or
 // RWMutex's acquisitions) return it after releasing the lock again, and
 // Extend returns it (the lease is then trusted no further than the last
-// acknowledged one, nor than the one asked for).
+// acknowledged one, nor than the one asked for), as does Lock.Txn (its
+// write was applied on the master, and a failover may lose it).
 var ErrNotReplicated = errors.New("dlock: lock write not acknowledged by enough replicas")
 
 // ReplicaPolicy says what a Client does with a lock write that fewer
@@ -73,7 +74,7 @@ func (p ReplicaPolicy) String() string {
 // ReplicaReport describes one lock write that fewer replicas than asked
 // acknowledged in time (see WithReplicaReport).
 type ReplicaReport struct {
-	Op     string        // "acquire", "extend", "renew" or "release"
+	Op     string        // "acquire", "extend", "renew", "release" or "txn" (Lock.Txn)
 	Key    string        // the lock's (or semaphore's, or RWMutex's) name
 	Kind   string        // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Token  string        // the holder's token (Lock.Token)
@@ -85,7 +86,8 @@ type ReplicaReport struct {
 
 // WithReplicaAck makes the Client wait, after each write that acquires,
 // extends, renews or releases a lock (or permits of a Semaphore or
-// RWMutex), until replicas replicas acknowledged it or timeout passed
+// RWMutex), and after each Lock.Txn, until replicas replicas acknowledged
+// it or timeout passed
 // (WAIT replicas timeout; WAITAOF 1 replicas timeout where the server has
 // WAITAOF, Redis 7.2+, and runs with appendonly, so that the write is also
 // on disk: its replicas must then run with appendonly too, or they never

@@ -6,12 +6,28 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // maxTxnAttempts bounds how often Txn starts over because the lock's key
-// changed between its check and EXEC: a renewal or an Extend of the lock
-// moves the key too, and WATCH cannot tell that from a loss.
+// changed between its check and EXEC: a renewal, an Extend or a re-entry
+// of the lock moves the key too, and WATCH cannot tell that from a loss.
 const maxTxnAttempts = 5
+
+// errTxnNotRun is Txn's error when the client's Watch returned without
+// running the check: nothing was applied, and the lock may well be held.
+var errTxnNotRun = errors.New("the lock's key could not be watched, nothing applied (cluster redirections not followed: a slot being migrated, or a failover)")
+
+// SlotKey returns the Redis name suffix gets beside the lock: the lock's
+// name between braces, then ':' and suffix ("{order:42}:stock" for
+// SlotKey("stock") of the lock order:42). The braces are the Redis Cluster
+// hash tag of the lock's own keys, so such a name is in the lock's slot
+// (and a go-redis Ring's shard) whatever the lock's name holds, as the keys
+// Txn writes must be.
+func (l *Lock) SlotKey(suffix string) string {
+	return "{" + backend.Tag(l.Key()) + "}:" + suffix
+}
 
 // Txn applies the commands fn queues on pipe as one MULTI/EXEC transaction,
 // only if this Lock's holder still holds the lock when Redis runs it: it
@@ -19,28 +35,33 @@ const maxTxnAttempts = 5
 // applies nothing if the key changed or expired since. It is the owner
 // guard of etcd's Mutex.IsOwner for data kept in Redis: a holder that
 // paused past its lease, or lost the lock any other way, cannot write. It
-// costs three round trips: WATCH, the check, and MULTI/EXEC.
+// costs three round trips: WATCH, the check, and MULTI/EXEC (and a WAIT
+// with WithReplicaAck).
 //
 // fn only queues commands (their replies are filled in when Txn returns
-// nil), and may be called again: Txn starts over, a few times, when the
-// key changed because the lock was renewed or extended meanwhile. As with
-// any MULTI/EXEC, a command that fails when it runs (WRONGTYPE) does not
-// undo the others; Txn returns its error.
+// nil), and may be called again: Txn starts over, up to 5 times in all,
+// when the key moved because the lock was renewed, extended or re-entered
+// meanwhile; then it returns an error wrapping redis.TxFailedErr, and
+// nothing was applied. As with any MULTI/EXEC, a command that fails when
+// it runs (WRONGTYPE) does not undo the others; Txn returns its error.
 //
-// The keys fn writes must be on the lock's Redis deployment, and on Redis
-// Cluster in the lock's hash slot: name them with its hash tag, such as
-// {order:42}:stock for the lock order:42 (a name with braces, such as
-// {order:42}:lock, gives its own tag). A command for another slot fails
-// the transaction, and nothing is applied.
+// The keys fn writes must be on the lock's Redis deployment, and in its
+// hash slot on Redis Cluster: name them with SlotKey. Commands for another
+// master's slot, or for two slots, fail the transaction, and nothing is
+// applied. While the lock's slot is being migrated Txn fails, applies
+// nothing and leaves the lock held (go-redis's Watch does not follow ASK).
 //
 // It returns an error wrapping ErrLockLost if the lock is not held any more
 // (the Lock's Context is then cancelled), ErrReleased after Unlock, fn's
-// own error as it is (nothing is sent), and ErrDegraded for a degraded
-// lock, which Redis does not hold. Permits (Semaphore, RWMutex) share one
-// key whose entries expire by their own clock, which WATCH does not see:
-// Txn refuses them with ErrInvalidOption. It needs a single deployment: on
-// a Client made by redlock.New it returns an error wrapping
-// errors.ErrUnsupported.
+// own error as it is (nothing is applied), and ErrDegraded for a degraded
+// lock, which Redis does not hold. With WithReplicaAck and FailClosed, a
+// write that fewer replicas than asked acknowledged in time returns an
+// error wrapping ErrNotReplicated: it was applied on the master, and a
+// failover may lose it while the lock stays held. Permits (Semaphore,
+// RWMutex) share one key whose entries expire by their own clock, which
+// WATCH does not see: Txn refuses them with ErrInvalidOption. It needs a
+// single deployment: on a Client made by redlock.New it returns an error
+// wrapping errors.ErrUnsupported.
 func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: Txn without a function", ErrInvalidOption)
@@ -60,29 +81,51 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 		return fmt.Errorf("%w: Txn applies to locks, not to a %s's permits", ErrInvalidOption, k.permits.Kind)
 	}
 	for attempt := 1; ; attempt++ {
-		held := false
+		checked, held := false, false
 		var fnErr error
+		var got ack
 		err := n.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			ok, err := tx.HExists(ctx, k.lock, l.Token()).Result()
 			if err != nil || !ok {
+				checked = err == nil
 				return err
 			}
-			held = true
+			checked, held = true, true
 			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 				fnErr = fn(pipe)
 				return fnErr
 			})
+			if err == nil && n.ack != nil {
+				// On the EXEC's own connection: WAIT covers only its
+				// writes. The lock's grant was acknowledged; a write that
+				// was not could be lost in a failover that keeps the lock.
+				pipe := tx.Pipeline()
+				read := n.ack.appendWait(ctx, pipe, n.ack.useAOF(ctx, tx))
+				_, _ = pipe.Exec(ctx)
+				got = read()
+			}
 			return err
 		}, k.lock)
 		switch {
 		case fnErr != nil:
 			return fnErr
+		case err == nil && !checked:
+			// ClusterClient.Watch returns nil without calling fn once its
+			// redirections run out (a slot being migrated: ASK, then
+			// MOVED back; READONLY in a failover): the lock was not looked
+			// at, nor anything sent. Not a loss.
+			return redisError("txn", l.Key(), errTxnNotRun)
 		case err == nil && !held:
 			return l.lost("txn")
 		case errors.Is(err, redis.TxFailedErr) && attempt < maxTxnAttempts:
 			// The key moved: renewed, extended or lost. Look again.
 		case err != nil:
 			return redisError("txn", l.Key(), err)
+		case n.ack != nil:
+			if err := n.ack.check(got, leaseWritten("txn", l.h.lease)); err != nil {
+				return redisError("txn", l.Key(), err)
+			}
+			return nil
 		default:
 			return nil
 		}

@@ -27,6 +27,9 @@ func TestTxnAppliesWhileHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if l.SlotKey("stock") != "{order:42}:stock" {
+		t.Errorf("SlotKey = %q", l.SlotKey("stock"))
+	}
 	if stock.Val() != -1 || rdb.Get(ctx, "{order:42}:state").Val() != "paid" {
 		t.Fatalf("after Txn: stock reply %d, state %q", stock.Val(), rdb.Get(ctx, "{order:42}:state").Val())
 	}
@@ -262,5 +265,46 @@ func BenchmarkTxn(b *testing.B) {
 			_, all := commandCalls(b, rdb)
 			b.ReportMetric(float64(all)/float64(b.N), "cmds/op")
 		})
+	}
+}
+
+// With WithReplicaAck the lock survives a failover only as far as the
+// replicas have it; a guarded write must be held to the same standard, or
+// a failover keeps the lock with its holder and drops the write that Txn
+// reported done. A healthy replica has the write when Txn returns; one
+// that does not acknowledge it fails the Txn with ErrNotReplicated under
+// FailClosed (the write is applied on the master: Txn cannot undo it).
+func TestTxnReplicaAck(t *testing.T) {
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb, rr := master.Client(t), replica.Client(t)
+	var reports reportLog
+	// Long enough for a healthy replica on a loaded machine; the write
+	// with the replica paused waits all of it.
+	c := newClientOn(t, rdb, WithReplicaAck(1, time.Second, FailClosed), WithReplicaReport(reports.add))
+	l := takeAcked(t, "Lock", func() (*Lock, error) { return c.Lock(ctx, "acked", WithTTL(time.Minute)) })
+	set := func(v string) func(redis.Pipeliner) error {
+		return func(pipe redis.Pipeliner) error {
+			pipe.Set(ctx, "{acked}:data", v, 0)
+			return nil
+		}
+	}
+	if err := l.Txn(ctx, set("1")); err != nil {
+		t.Fatal(err)
+	}
+	if v := rr.Get(ctx, "{acked}:data").Val(); v != "1" {
+		t.Fatalf("replica right after Txn: %q, want 1", v)
+	}
+
+	replica.Pause(t)
+	defer replica.Resume(t)
+	if err := l.Txn(ctx, set("2")); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Txn with the replica paused = %v, want ErrNotReplicated", err)
+	}
+	if r := reports.first(l.Token()); r.Op != "txn" || r.Kind != "lock" {
+		t.Fatalf("report = %+v, want one of op txn", r)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("lock lost by an unacknowledged Txn")
 	}
 }
