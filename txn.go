@@ -52,7 +52,9 @@ func (l *Lock) SlotKey(suffix string) string {
 // nothing and leaves the lock held (go-redis's Watch does not follow ASK).
 //
 // It returns an error wrapping ErrLockLost if the lock is not held any more
-// (the Lock's Context is then cancelled), ErrReleased after Unlock, fn's
+// (the Lock's Context is then cancelled), the cause of the Lock's Context
+// if that ended first (ErrReleased after Unlock, ErrClosed after Close:
+// Redis may still name it the holder, but it writes nothing), fn's
 // own error as it is (nothing is applied), and ErrDegraded for a degraded
 // lock, which Redis does not hold. With WithReplicaAck and FailClosed, a
 // write that fewer replicas than asked acknowledged in time returns an
@@ -82,7 +84,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 	}
 	for attempt := 1; ; attempt++ {
 		checked, held := false, false
-		var fnErr error
+		var stop error // fn's error, or the Lock's end: returned as it is
 		var got ack
 		err := n.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			ok, err := tx.HExists(ctx, k.lock, l.Token()).Result()
@@ -91,9 +93,15 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 				return err
 			}
 			checked, held = true, true
+			// Given up meanwhile on this side (its lease by our clock,
+			// WithMaxHold, Close, Unlock): write nothing, although Redis
+			// may keep the lock a little longer.
+			if stop = l.live(); stop != nil {
+				return stop
+			}
 			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				fnErr = fn(pipe)
-				return fnErr
+				stop = fn(pipe)
+				return stop
 			})
 			if err == nil && n.ack != nil {
 				// On the EXEC's own connection: WAIT covers only its
@@ -107,8 +115,8 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			return err
 		}, k.lock)
 		switch {
-		case fnErr != nil:
-			return fnErr
+		case stop != nil:
+			return stop
 		case err == nil && !checked:
 			// ClusterClient.Watch returns nil without calling fn once its
 			// redirections run out (a slot being migrated: ASK, then

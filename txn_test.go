@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -306,5 +307,48 @@ func TestTxnReplicaAck(t *testing.T) {
 	}
 	if l.Context().Err() != nil {
 		t.Fatal("lock lost by an unacknowledged Txn")
+	}
+}
+
+// onCommand runs do once, before the first command named name is sent.
+type onCommand struct {
+	testutil.PassHook
+	name string
+	do   *sync.Once
+	fn   func()
+}
+
+func (h onCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name {
+			h.do.Do(h.fn)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A Lock given up on this side while Txn checks it (here by Close, which
+// leaves the lock in Redis until its lease runs out) writes nothing,
+// although Redis still names it the holder.
+func TestTxnOfALockEndedHereAppliesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	c := newClientOn(t, hooked)
+	l := mustLock(t, c, "ended", WithTTL(time.Minute))
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { c.Close() }})
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, l.SlotKey("data"), "x", 0)
+		return nil
+	})
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Txn of a Lock closed during its check = %v, want ErrClosed", err)
+	}
+	if rdb.Exists(ctx, l.SlotKey("data")).Val() != 0 {
+		t.Fatal("applied although the Lock had ended")
+	}
+	if rdb.Exists(ctx, c.keys("ended").lock).Val() != 1 {
+		t.Fatal("the lock was not in Redis any more: the test shows nothing")
 	}
 }
