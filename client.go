@@ -37,10 +37,14 @@ type Client struct {
 }
 
 // New returns a Client using rdb, which stays owned by the caller (Close
-// does not close it).
+// does not close it): a *redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient. A *redis.Ring is refused with ErrInvalidOption.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if backend.IsNil(rdb) {
 		return nil, ErrNilClient
+	}
+	if backend.IsRing(rdb) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidOption, backend.RingRefused)
 	}
 	return newClient(func(s backend.Settings) (backend.Backend, error) {
 		return newReplicatedNode(rdb, s, opts)

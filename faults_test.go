@@ -237,6 +237,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(typedNil); !errors.Is(err, ErrNilClient) {
 		t.Errorf("New((*redis.Client)(nil)) = %v", err)
 	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": rdb.Options().Addr}})
+	defer ring.Close()
+	if _, err := New(ring); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("New(a Ring) = %v, want ErrInvalidOption", err)
+	}
 	if _, err := New(rdb, WithPrefix("")); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("empty prefix = %v", err)
 	}

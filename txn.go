@@ -23,8 +23,7 @@ var errTxnNotRun = errors.New("the lock's key could not be watched, nothing appl
 // name between braces, then ':' and suffix ("{order:42}:stock" for
 // SlotKey("stock") of the lock order:42). The braces are the Redis Cluster
 // hash tag of the lock's own keys, so such a name is in the lock's slot
-// (and a go-redis Ring's shard) whatever the lock's name holds, as the keys
-// Txn writes must be.
+// whatever the lock's name holds, as the keys Txn writes must be.
 func (l *Lock) SlotKey(suffix string) string {
 	return "{" + backend.Tag(l.Key()) + "}:" + suffix
 }

@@ -158,6 +158,9 @@ func (cfg *Config) validate() error {
 		if backend.IsNil(n) {
 			return fmt.Errorf("%w: node %d", dlock.ErrNilClient, i)
 		}
+		if backend.IsRing(n) {
+			return fmt.Errorf("%w: node %d: %s", dlock.ErrInvalidOption, i, backend.RingRefused)
+		}
 		// Two clients of one server would count its vote twice.
 		id := any(n)
 		switch c := n.(type) {

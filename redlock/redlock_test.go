@@ -403,6 +403,11 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("New with a nil %T node = %v", typedNil, err)
 		}
 	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": cl.srvs[1].Addr()}})
+	defer ring.Close()
+	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], ring}); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with a Ring node = %v, want ErrInvalidOption", err)
+	}
 	same := redis.NewClient(&redis.Options{Addr: cl.srvs[0].Addr()})
 	defer same.Close()
 	if _, err := redlock.New([]redis.UniversalClient{cl.nodes[0], same}); !errors.Is(err, dlock.ErrInvalidOption) {
