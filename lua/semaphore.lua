@@ -29,10 +29,10 @@ end
 
 -- each_holder calls fn(token, h) for every holder entry h of KEYS[1],
 -- skipping STATE, and fails the script at a field that is not a holder's.
--- With any_colon it skips every field from ':' on (tokens are hex), as a
--- reader may (bookkeeping of a later version); settle does not, or it
--- would take a hash of such fields alone for an empty semaphore and
--- write into it. It returns the fields it read.
+-- With any_colon it skips every field whose name starts with ':' (tokens
+-- are hex), as a reader may (bookkeeping of a later version); settle does
+-- not, or it would take a hash of such fields alone for an empty
+-- semaphore and write into it. It returns the fields it read.
 local function each_holder(fn, any_colon)
   local fields = redis.call('HGETALL', KEYS[1])
   for i = 1, #fields, 2 do

@@ -3,8 +3,9 @@
 -- clock). It writes nothing.
 -- Returns {live waiters, then per live holder: token, lease left in ms,
 -- permits, capacity, fence, meta}.
--- A holder whose lease ran out is no longer one. Fields from ':' on are
--- skipped whatever they hold: bookkeeping, maybe of a later version.
+-- A holder whose lease ran out is no longer one. Fields whose name starts
+-- with ':' are skipped whatever they hold: bookkeeping, maybe of a later
+-- version.
 local now_ms = clock()
 local out = {live_waiters(now_ms)}
 each_holder(function(token, h)
