@@ -98,9 +98,10 @@ type ReplicaReport struct {
 // replication: a replica that acknowledged has the lock, but Sentinel or
 // Cluster may still promote one that did not. See docs/safety.md.
 //
-// Costs: the WAIT travels in the same round trip as the write, so a
-// healthy replica adds its replication delay (well under a millisecond on
-// a LAN) to every acquire, extend, renewal and release; while fewer than
+// Costs: the WAIT travels in the same round trip as the write (a Txn's in
+// one of its own, after the EXEC), so a healthy replica adds its
+// replication delay (well under a millisecond on a LAN) to every acquire,
+// extend, renewal, release and Txn; while fewer than
 // replicas replicas are connected each of these waits the whole timeout,
 // and with FailClosed no lock can be taken. A renewal then answers only
 // after timeout (and up to 100 ms more: Redis checks WAIT timeouts ten
