@@ -196,7 +196,9 @@ func TestTxnOfAPausedHolderAppliesNothing(t *testing.T) {
 		}
 	}
 
-	old := mustLock(t, paused, "paused", WithTTL(200*time.Millisecond))
+	// A lease long enough that a loaded machine still freezes the Txn
+	// before the lock is lost.
+	old := mustLock(t, paused, "paused", WithTTL(time.Second))
 	frozen := make(chan struct{})
 	var freeze sync.Once
 	done := make(chan error, 1)
@@ -209,7 +211,11 @@ func TestTxnOfAPausedHolderAppliesNothing(t *testing.T) {
 			return appendFence(old)(pipe)
 		})
 	}()
-	<-frozen
+	select {
+	case <-frozen:
+	case err := <-done:
+		t.Fatalf("Txn returned before its check: %v", err)
+	}
 	// The lease runs out unrenewed (the renewals are frozen too); the
 	// other Client takes the lock and writes.
 	newer := mustLock(t, other, "paused")
