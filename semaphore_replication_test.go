@@ -189,7 +189,7 @@ func TestSemaphoreCheckLengthensHandOver(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("pool", 2)
-	l, err := s.Acquire(ctx, 1, WithTTL(time.Second), WithoutRenewal())
+	l, err := s.Acquire(ctx, 1, WithTTL(5*time.Second), WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
