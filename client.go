@@ -18,7 +18,9 @@ import (
 // redlock.New, on a quorum of independent masters. It is safe for
 // concurrent use. It owns one background goroutine renewing its locks and
 // one pub/sub connection for waiters (on Redis Cluster, one per waited
-// lock), both started on first use and stopped by Close.
+// lock), both started on first use and stopped by Close. Make it with New
+// (or redlock.New): the calls of the zero Client (and of its Semaphores
+// and RWMutexes) return an error wrapping ErrInvalidOption.
 type Client struct {
 	be     backend.Backend
 	cfg    clientConfig
@@ -102,8 +104,12 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // ErrClosed, and Close waits for them to leave the queue or release what
 // they got, and for the renewals under way (5 s at most in all, if Redis
 // does not answer). Calls of the Client's methods after Close return
-// ErrClosed; Unlock still releases a lock that Close left held.
+// ErrClosed; Unlock still releases a lock that Close left held. Close of
+// the zero Client returns an error wrapping ErrInvalidOption.
 func (c *Client) Close() error {
+	if c.closed == nil {
+		return errZeroClient
+	}
 	var lost map[*hold]error
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -162,8 +168,15 @@ func (c *Client) begin() bool {
 	return true
 }
 
+// errZeroClient is the error of the zero Client's calls: it has no
+// backend to send them to.
+var errZeroClient = fmt.Errorf("%w: Client not made by New", ErrInvalidOption)
+
 // check validates a call's key and the Client's state.
 func (c *Client) check(key string) error {
+	if c.closed == nil {
+		return errZeroClient
+	}
 	if c.isClosed() {
 		return ErrClosed
 	}

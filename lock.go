@@ -25,7 +25,9 @@ type heldKey struct {
 	key string
 }
 
-// Lock is a held lock. Its methods are safe for concurrent use.
+// Lock is a held lock. Its methods are safe for concurrent use. The zero
+// Lock holds nothing: its Context is done, and Unlock, Extend, TTL and Txn
+// return an error wrapping ErrNotHeld.
 //
 // The lock's Context is cancelled the moment the lock cannot be trusted any
 // more: Unlock (cause ErrReleased), or loss (cause ErrLockLost) when a
@@ -54,11 +56,31 @@ func init() {
 	}
 }
 
+// errZeroLock is the error of the zero Lock's calls.
+var errZeroLock = fmt.Errorf("dlock: %w: zero Lock", ErrNotHeld)
+
+// zeroLockCtx is the zero Lock's Context: it holds nothing.
+var zeroLockCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errZeroLock)
+	return ctx
+}()
+
 // Key returns the lock's name, as given to Lock.
-func (l *Lock) Key() string { return l.h.lease.Key }
+func (l *Lock) Key() string {
+	if l.h == nil {
+		return ""
+	}
+	return l.h.lease.Key
+}
 
 // Token returns the random owner token identifying this holder in Redis.
-func (l *Lock) Token() string { return l.h.lease.Token }
+func (l *Lock) Token() string {
+	if l.h == nil {
+		return ""
+	}
+	return l.h.lease.Token
+}
 
 // Fence returns the fencing token: strictly greater than that of every
 // earlier holder of this key. Pass it to the protected resource and have it
@@ -68,17 +90,27 @@ func (l *Lock) Token() string { return l.h.lease.Token }
 // than that of every earlier grant of the semaphore, but several holders
 // are live at once, so a smaller fence is not a stale one (see
 // docs/safety.md).
-func (l *Lock) Fence() uint64 { return l.h.fence }
+func (l *Lock) Fence() uint64 {
+	if l.h == nil {
+		return 0
+	}
+	return l.h.fence
+}
 
 // Context returns a context that is cancelled when the lock is released or
 // lost; context.Cause returns ErrReleased or an error wrapping ErrLockLost.
 // Passing it (or a context derived from it) to Lock for the same key
 // re-enters the lock; the Lock of a Semaphore's permits or of an RWMutex
 // is not reentrant.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	if l.ctx == nil {
+		return zeroLockCtx
+	}
+	return l.ctx
+}
 
 // Done returns a channel closed when the lock is released or lost.
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Extend resets the lease to ttl from now and makes ttl the lease the
 // watchdog keeps renewing. It fails with an error wrapping ErrLockLost if
@@ -175,6 +207,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // an Unlock returns the network error instead, and calling it again
 // settles it (nil if the first try released the lock).
 func (l *Lock) Unlock(ctx context.Context) error {
+	if l.h == nil {
+		return errZeroLock
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ctx.Err() != nil {
@@ -288,6 +323,9 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 // if this Lock was unlocked (a re-entered Lock's Context ends at its own
 // Unlock, and with its hold).
 func (l *Lock) live() error {
+	if l.h == nil {
+		return errZeroLock
+	}
 	if l.ctx.Err() != nil {
 		return fmt.Errorf("dlock: %q: %w", l.Key(), context.Cause(l.ctx))
 	}

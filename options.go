@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Defaults and limits.
@@ -130,8 +132,9 @@ func WithMaxHold(d time.Duration) LockOption {
 // strategy gives (or earlier, when the lock is handed over) and gives up
 // with ErrNotObtained when the strategy says stop; if the last check
 // failed (Redis out of reach while queued), with that check's error
-// instead. Without it Lock waits until its context ends. TryLock ignores
-// it.
+// instead. Without it (or with nil) Lock waits until its context ends.
+// TryLock ignores it. A nil pointer as s (a nil *MyStrategy) is refused:
+// Lock and TryLock return an error wrapping ErrInvalidOption.
 func WithRetry(s RetryStrategy) LockOption {
 	return func(c *lockConfig) { c.retry = s }
 }
@@ -158,6 +161,9 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if cfg.maxHold > 0 && !cfg.renew {
 		return cfg, fmt.Errorf("%w: WithMaxHold needs renewal, but WithoutRenewal was given", ErrInvalidOption)
+	}
+	if cfg.retry != nil && backend.IsNil(cfg.retry) {
+		return cfg, fmt.Errorf("%w: WithRetry with a nil %T", ErrInvalidOption, cfg.retry)
 	}
 	if v, ok := cfg.retry.(interface{ validate() error }); ok {
 		if err := v.validate(); err != nil {

@@ -34,6 +34,12 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 	if r.Permits != nil {
 		return backend.Grant{}, fmt.Errorf("%w: semaphores need one Redis deployment, not Redlock", dlock.ErrInvalidOption)
 	}
+	if err := ctx.Err(); err != nil {
+		// Send nothing: an attempt stops waiting for the nodes at once,
+		// and its release may reach a node before its acquire does,
+		// leaving a hold nobody owns for the whole lease.
+		return backend.Grant{}, fmt.Errorf("redlock: lock %q: waiting ended: %w", r.Key, err)
+	}
 	if b.begin() {
 		defer b.ops.Done()
 	}

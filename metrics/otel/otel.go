@@ -42,6 +42,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -50,6 +51,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/metrics/internal/keygroup"
 	"github.com/dlock-go/dlock/metrics/internal/labels"
 )
@@ -89,12 +91,14 @@ type config struct {
 	keyInSpans bool
 }
 
-// WithMeterProvider sets where the metrics go (default: the global one,
-// otel.GetMeterProvider()).
+// WithMeterProvider sets where the metrics go (default, or with nil: the
+// global one, otel.GetMeterProvider()). A nil pointer (a nil
+// *sdkmetric.MeterProvider) makes New fail with dlock.ErrInvalidOption.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
-// WithTracerProvider sets where the spans go (default: the global one,
-// otel.GetTracerProvider()).
+// WithTracerProvider sets where the spans go (default, or with nil: the
+// global one, otel.GetTracerProvider()). A nil pointer (a nil
+// *sdktrace.TracerProvider) makes New fail with dlock.ErrInvalidOption.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
 
 // WithKeyGroup sets how a key maps to its group attribute. Keep the number
@@ -139,6 +143,13 @@ func New(opts ...Option) (*Observer, error) {
 		if o != nil {
 			o(&cfg)
 		}
+	}
+	// A nil pointer would panic in Meter or Tracer, or in the callbacks.
+	if cfg.mp != nil && backend.IsNil(cfg.mp) {
+		return nil, fmt.Errorf("dlock/metrics/otel: %w: nil %T", dlock.ErrInvalidOption, cfg.mp)
+	}
+	if cfg.tp != nil && backend.IsNil(cfg.tp) {
+		return nil, fmt.Errorf("dlock/metrics/otel: %w: nil %T", dlock.ErrInvalidOption, cfg.tp)
 	}
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()

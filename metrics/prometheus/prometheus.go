@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/metrics/internal/keygroup"
 	"github.com/dlock-go/dlock/metrics/internal/labels"
 )
@@ -110,10 +111,11 @@ var _ dlock.Observer = (*Observer)(nil)
 // prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Histogram
 // options client_golang refuses (buckets not increasing, a const label
 // "le") are an error wrapping dlock.ErrInvalidOption, and nothing is
-// registered.
+// registered; so is a nil reg (a nil pointer too).
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
-	if reg == nil {
-		return nil, fmt.Errorf("dlock/metrics/prometheus: nil Registerer")
+	// A nil *prometheus.Registry would panic in Register.
+	if backend.IsNil(reg) {
+		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: nil Registerer", dlock.ErrInvalidOption)
 	}
 	cfg := config{namespace: "dlock", waitBuckets: DefaultWaitBuckets, holdBuckets: DefaultHoldBuckets}
 	for _, o := range opts {

@@ -1,0 +1,319 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// nilRetry is a RetryStrategy whose nil pointer panics when asked.
+type nilRetry struct{ d time.Duration }
+
+func (r *nilRetry) Backoff(int) (time.Duration, bool) { return r.d, true }
+
+// callSafely runs f and turns a panic into an error, so that a table of
+// bad inputs reports every panicking case instead of stopping at the first.
+func callSafely(f func() error) (err error, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, panicked = fmt.Errorf("panic: %v", p), true
+		}
+	}()
+	return f(), false
+}
+
+// TestBadInputTable calls the exported API with bad input: each call must
+// return an error matching want, never panic, and write nothing to Redis.
+func TestBadInputTable(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	expired, cancel2 := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel2()
+
+	// A Client closed before use, its Semaphore and RWMutex.
+	closed := newClientOn(t, rdb)
+	closed.Close()
+
+	tests := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"Lock empty key", func() error { _, err := c.Lock(ctx, ""); return err }, ErrInvalidKey},
+		{"Lock long key", func() error { _, err := c.Lock(ctx, strings.Repeat("k", MaxKeyLen+1)); return err }, ErrInvalidKey},
+		{"Lock negative TTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(-time.Second)); return err }, ErrInvalidTTL},
+		{"Lock huge TTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(1<<62)); return err }, ErrInvalidTTL},
+		{"Lock negative max hold", func() error { _, err := c.Lock(ctx, "k", WithMaxHold(-1)); return err }, ErrInvalidTTL},
+		{"Lock FixedRetry(0)", func() error { _, err := c.Lock(ctx, "k", WithRetry(FixedRetry(0, 1))); return err }, ErrInvalidOption},
+		{"Lock FixedRetry negative attempts", func() error { _, err := c.Lock(ctx, "k", WithRetry(FixedRetry(time.Millisecond, -1))); return err }, ErrInvalidOption},
+		{"Lock ExponentialRetry max < base", func() error {
+			_, err := c.Lock(ctx, "k", WithRetry(ExponentialRetry(time.Second, time.Millisecond, 1)))
+			return err
+		}, ErrInvalidOption},
+		{"Lock ExponentialRetry negative base", func() error {
+			_, err := c.Lock(ctx, "k", WithRetry(ExponentialRetry(-1, time.Millisecond, 1)))
+			return err
+		}, ErrInvalidOption},
+		{"Lock nil LockOption", func() error {
+			l, err := c.TryLock(ctx, "nilopt", nil)
+			if err == nil {
+				return l.Unlock(ctx)
+			}
+			return err
+		}, nil},
+		{"Lock huge max hold", func() error {
+			l, err := c.Lock(ctx, "maxhold", WithTTL(MinTTL*10), WithMaxHold(math.MaxInt64))
+			if err != nil {
+				return err
+			}
+			if d := l.c.dog.deadline(l.h); time.Until(d) <= 0 {
+				return fmt.Errorf("lease trusted until %v", d)
+			}
+			return l.Unlock(ctx)
+		}, nil},
+		{"Lock bad metadata", func() error { _, err := c.Lock(ctx, "k", WithMetadata("\xff")); return err }, ErrInvalidOption},
+		{"Lock adaptive NaN margin", func() error {
+			_, err := c.Lock(ctx, "k", WithoutRenewal(), WithAdaptiveTTL(0, 0))
+			return err
+		}, ErrInvalidOption},
+		{"Lock cancelled ctx", func() error { _, err := c.Lock(cancelled, "k"); return err }, context.Canceled},
+		{"TryLock cancelled ctx", func() error { _, err := c.TryLock(cancelled, "k"); return err }, context.Canceled},
+		{"Lock expired ctx", func() error { _, err := c.Lock(expired, "k"); return err }, context.DeadlineExceeded},
+		{"Do nil fn", func() error { return c.Do(ctx, "k", nil) }, ErrInvalidOption},
+		{"Do cancelled ctx", func() error {
+			return c.Do(cancelled, "k", func(context.Context) error { return nil })
+		}, context.Canceled},
+		{"Lock on closed Client", func() error { _, err := closed.Lock(ctx, "k"); return err }, ErrClosed},
+		{"Semaphore on closed Client", func() error { _, err := closed.Semaphore("s", 1).Acquire(ctx, 1); return err }, ErrClosed},
+		{"Semaphore zero capacity", func() error { _, err := c.Semaphore("s", 0).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"Semaphore negative capacity", func() error { _, err := c.Semaphore("s", -1).TryAcquire(ctx, 1); return err }, ErrInvalidOption},
+		{"Semaphore huge capacity", func() error { _, err := c.Semaphore("s", MaxPermits+1).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"Semaphore zero permits", func() error { _, err := c.Semaphore("s", 2).Acquire(ctx, 0); return err }, ErrInvalidOption},
+		{"Semaphore negative permits", func() error { _, err := c.Semaphore("s", 2).Acquire(ctx, -1); return err }, ErrInvalidOption},
+		{"Semaphore permits over capacity", func() error { _, err := c.Semaphore("s", 2).Acquire(ctx, 3); return err }, ErrInvalidOption},
+		{"Semaphore empty name", func() error { _, err := c.Semaphore("", 2).Acquire(ctx, 1); return err }, ErrInvalidKey},
+		{"Semaphore Available zero capacity", func() error { _, err := c.Semaphore("s", 0).Available(ctx); return err }, ErrInvalidOption},
+		{"Semaphore ForceRelease empty token", func() error { return c.Semaphore("s", 1).ForceRelease(ctx, "") }, ErrInvalidOption},
+		{"zero Semaphore Acquire", func() error { _, err := (&Semaphore{}).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"zero Semaphore Inspect", func() error { _, err := (&Semaphore{}).Inspect(ctx); return err }, ErrInvalidOption},
+		{"zero RWMutex Lock", func() error { _, err := (&RWMutex{}).Lock(ctx); return err }, ErrInvalidOption},
+		{"zero RWMutex RLock", func() error { _, err := (&RWMutex{}).TryRLock(ctx); return err }, ErrInvalidOption},
+		{"zero RWMutex Inspect", func() error { _, err := (&RWMutex{}).Inspect(ctx); return err }, ErrInvalidOption},
+		{"zero RWMutex ForceRelease", func() error { return (&RWMutex{}).ForceRelease(ctx, "abc") }, ErrInvalidOption},
+		{"RWMutex empty name", func() error { _, err := c.RWMutex("").Lock(ctx); return err }, ErrInvalidKey},
+		{"zero Client Lock", func() error { _, err := (&Client{}).Lock(ctx, "k"); return err }, ErrInvalidOption},
+		{"zero Client TryLock", func() error { _, err := (&Client{}).TryLock(ctx, "k"); return err }, ErrInvalidOption},
+		{"zero Client Do", func() error {
+			return (&Client{}).Do(ctx, "k", func(context.Context) error { return nil })
+		}, ErrInvalidOption},
+		{"zero Client Semaphore", func() error { _, err := (&Client{}).Semaphore("s", 1).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"zero Client RWMutex", func() error { _, err := (&Client{}).RWMutex("m").RLock(ctx); return err }, ErrInvalidOption},
+		{"zero Client Inspect", func() error { _, err := (&Client{}).Inspect(ctx, "k"); return err }, ErrInvalidOption},
+		{"zero Client ForceRelease", func() error { return (&Client{}).ForceRelease(ctx, "k") }, ErrInvalidOption},
+		{"zero Client List", func() error { _, err := (&Client{}).List(ctx, "*"); return err }, ErrInvalidOption},
+		{"zero Client Close", func() error { return (&Client{}).Close() }, ErrInvalidOption},
+		{"zero Lock Unlock", func() error { return (&Lock{}).Unlock(ctx) }, ErrNotHeld},
+		{"zero Lock Extend", func() error { return (&Lock{}).Extend(ctx, time.Second) }, ErrNotHeld},
+		{"zero Lock TTL", func() error { _, err := (&Lock{}).TTL(ctx); return err }, ErrNotHeld},
+		{"zero Lock Txn", func() error {
+			return (&Lock{}).Txn(ctx, func(redis.Pipeliner) error { return nil })
+		}, ErrNotHeld},
+		{"zero Lock accessors and Context", func() error {
+			l := &Lock{}
+			if l.Key() != "" || l.Token() != "" || l.Fence() != 0 || l.Degraded() {
+				return errors.New("a zero Lock reports a lock")
+			}
+			<-l.Done()
+			return context.Cause(l.Context())
+		}, ErrNotHeld},
+		{"List open class", func() error { _, err := c.List(ctx, "a["); return err }, ErrInvalidOption},
+		{"List bad kind", func() error { _, err := c.List(ctx, "*", WithKind("nope")); return err }, ErrInvalidOption},
+		{"ForceRelease bad owner", func() error { return c.ForceRelease(ctx, "k", WithExpectedOwner(":meta")) }, ErrInvalidOption},
+		{"Inspect long key", func() error { _, err := c.Inspect(ctx, strings.Repeat("k", MaxKeyLen+1)); return err }, ErrInvalidKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := rdb.FlushDB(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			err, panicked := callSafely(tt.call)
+			if panicked {
+				t.Fatal(err)
+			}
+			if tt.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("error %v, want one wrapping %v", err, tt.want)
+			}
+			if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 0 {
+				keys, _ := rdb.Keys(ctx, "*").Result()
+				t.Fatalf("Redis holds %v (%v) after the call", keys, err)
+			}
+		})
+	}
+}
+
+// TestBadInputOptions checks New's options.
+func TestBadInputOptions(t *testing.T) {
+	_, rdb, _ := newTestClient(t)
+	tests := []struct {
+		name string
+		opts []Option
+		want error
+	}{
+		{"nil Option", []Option{nil}, nil},
+		{"WithObserver(nil)", []Option{WithObserver(nil)}, nil},
+		{"WithObserver(nil pointer)", []Option{WithObserver((*NopObserver)(nil))}, nil},
+		{"WithLogger(nil)", []Option{WithLogger(nil)}, nil},
+		{"WithPrefix empty", []Option{WithPrefix("")}, ErrInvalidOption},
+		{"WithPrefix brace", []Option{WithPrefix("a{")}, ErrInvalidOption},
+		{"WithQueueTTL negative", []Option{WithQueueTTL(-time.Second)}, ErrInvalidTTL},
+		{"WithQueueTTL zero", []Option{WithQueueTTL(0)}, ErrInvalidTTL},
+		{"WithQueueTTL huge", []Option{WithQueueTTL(1 << 62)}, ErrInvalidTTL},
+		{"WithClientName bad UTF-8", []Option{WithClientName("\xff")}, ErrInvalidOption},
+		{"WithDegradedMode unknown", []Option{WithDegradedMode(9)}, ErrInvalidOption},
+		{"WithReplicaAck zero", []Option{WithReplicaAck(0, 0, 0)}, ErrInvalidOption},
+		{"WithReplicaAck negative timeout", []Option{WithReplicaAck(1, -1, FailClosed)}, ErrInvalidTTL},
+		{"WithReplicaAck bad policy", []Option{WithReplicaAck(1, time.Second, ReplicaPolicy(-1))}, ErrInvalidOption},
+		{"WithReplicaReport(nil) alone", []Option{WithReplicaReport(nil)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c *Client
+			err, panicked := callSafely(func() error {
+				var err error
+				c, err = New(rdb, tt.opts...)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				l, err := c.TryLock(context.Background(), "opts", WithTTL(time.Second))
+				if err != nil {
+					return err
+				}
+				return l.Unlock(context.Background())
+			})
+			if panicked {
+				t.Fatal(err)
+			}
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("error %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(nil); !errors.Is(err, ErrNilClient) {
+		t.Fatalf("New(nil): %v", err)
+	}
+	if _, err := New((*redis.Client)(nil)); !errors.Is(err, ErrNilClient) {
+		t.Fatalf("New(nil pointer): %v", err)
+	}
+}
+
+// TestBadInputHeldLock misuses a held lock: Extend with leases out of
+// range, Unlock twice at once, calls after the Client's Close, odd keys.
+func TestBadInputHeldLock(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+
+	l := mustLock(t, c, "held")
+	for _, ttl := range []time.Duration{-time.Second, 0, MinTTL - 1, MaxTTL + 1, 1<<63 - 1} {
+		if err, p := callSafely(func() error { return l.Extend(ctx, ttl) }); p || !errors.Is(err, ErrInvalidTTL) {
+			t.Errorf("Extend(%v): %v", ttl, err)
+		}
+	}
+	if err, p := callSafely(func() error { return l.Extend(cancelled, time.Second) }); p || !errors.Is(err, context.Canceled) {
+		t.Errorf("Extend with a cancelled ctx: %v", err)
+	}
+	if err, p := callSafely(func() error { return l.Txn(ctx, nil) }); p || !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Txn(nil): %v", err)
+	}
+
+	// A nil pointer as the RetryStrategy of a Lock that has to wait.
+	err, p := callSafely(func() error {
+		l, err := c.Lock(ctx, "held", WithRetry((*nilRetry)(nil)))
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		return err
+	})
+	if p || !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Lock with a nil-pointer RetryStrategy: %v", err)
+	}
+	if n := queued(t, rdb, c, "held"); n != 0 {
+		t.Errorf("%d waiters left queued", n)
+	}
+
+	// Two Unlocks at once: one releases, the other finds it released.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			var p bool
+			if errs[i], p = callSafely(func() error { return l.Unlock(ctx) }); p {
+				t.Error(errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) || !errors.Is(errors.Join(errs...), ErrNotHeld) {
+		t.Errorf("concurrent Unlocks: %v", errs)
+	}
+
+	// Odd keys: braces, NUL bytes, the longest allowed.
+	for _, key := range []string{"}", "{", "{}", "a}{b", "\x00", "a\x00b", strings.Repeat("}", MaxKeyLen)} {
+		err, p := callSafely(func() error {
+			l, err := c.Lock(ctx, key, WithMetadata("x\x00y"))
+			if err != nil {
+				return err
+			}
+			if info, err := c.Inspect(ctx, key); err != nil || !info.Held || info.Holder.Data != "x\x00y" {
+				return fmt.Errorf("Inspect: %+v, %v", info, err)
+			}
+			if names, err := c.List(ctx, ""); err != nil || !slices.Contains(names, key) {
+				return fmt.Errorf("List: %q, %v", names, err)
+			}
+			return l.Unlock(cancelled) // sent all the same
+		})
+		if p || err != nil {
+			t.Errorf("key %q: %v", key, err)
+		}
+	}
+
+	// After Close: the lock's calls fail, Unlock still releases.
+	l = mustLock(t, c, "closed")
+	c.Close()
+	for name, f := range map[string]func() error{
+		"Extend": func() error { return l.Extend(ctx, time.Second) },
+		"TTL":    func() error { _, err := l.TTL(ctx); return err },
+		"Txn":    func() error { return l.Txn(ctx, func(redis.Pipeliner) error { return nil }) },
+		"Lock":   func() error { _, err := c.Lock(l.Context(), "closed"); return err },
+	} {
+		if err, p := callSafely(f); p || err == nil {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+	}
+	if err, p := callSafely(func() error { return l.Unlock(ctx) }); p || err != nil {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil {
+		t.Fatal(err)
+	} else if keys, _ := rdb.Keys(ctx, "*{closed}").Result(); len(keys) != 0 {
+		t.Errorf("lock left after Unlock: %v (%d keys)", keys, n)
+	}
+}

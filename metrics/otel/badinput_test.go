@@ -1,0 +1,58 @@
+package otel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	dlockotel "github.com/dlock-go/dlock/metrics/otel"
+)
+
+// TestBadInput: New with nil or odd values returns an error wrapping
+// dlock.ErrInvalidOption, or an Observer whose callbacks do not panic.
+func TestBadInput(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	tests := []struct {
+		name string
+		opts []dlockotel.Option
+		want error
+	}{
+		{"nil Option", []dlockotel.Option{nil}, nil},
+		{"WithMeterProvider(nil)", []dlockotel.Option{dlockotel.WithMeterProvider(nil)}, nil},
+		{"WithTracerProvider(nil)", []dlockotel.Option{dlockotel.WithTracerProvider(nil)}, nil},
+		{"nil *MeterProvider", []dlockotel.Option{dlockotel.WithMeterProvider((*sdkmetric.MeterProvider)(nil))}, dlock.ErrInvalidOption},
+		{"nil *TracerProvider", []dlockotel.Option{dlockotel.WithTracerProvider((*sdktrace.TracerProvider)(nil))}, dlock.ErrInvalidOption},
+		{"WithKeyGroup(nil)", []dlockotel.Option{dlockotel.WithKeyGroup(nil)}, nil},
+		{"WithMaxGroups negative", []dlockotel.Option{dlockotel.WithMaxGroups(-1)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panic: %v", p)
+					}
+				}()
+				obs, err := dlockotel.New(tt.opts...)
+				if err != nil {
+					return err
+				}
+				c, err := dlock.New(rdb, dlock.WithObserver(obs))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				return c.Do(context.Background(), "job:1", func(context.Context) error { return nil })
+			}()
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("error %v, want %v", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package prometheus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	dlockprom "github.com/dlock-go/dlock/metrics/prometheus"
+)
+
+// TestBadInput: New with nil or odd values returns an error wrapping
+// dlock.ErrInvalidOption, or an Observer whose callbacks do not panic.
+func TestBadInput(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	tests := []struct {
+		name string
+		reg  prometheus.Registerer
+		opts []dlockprom.Option
+		want error
+	}{
+		{"nil Registerer", nil, nil, dlock.ErrInvalidOption},
+		{"nil *Registry", (*prometheus.Registry)(nil), nil, dlock.ErrInvalidOption},
+		{"nil Option", prometheus.NewRegistry(), []dlockprom.Option{nil}, nil},
+		{"WithKeyGroup(nil)", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithKeyGroup(nil)}, nil},
+		{"WithKeyGroup empty group", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithKeyGroup(func(string) string { return "" })}, nil},
+		{"WithMaxGroups negative", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithMaxGroups(-1)}, nil},
+		{"WithConstLabels(nil)", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithConstLabels(nil)}, nil},
+		{"nil buckets", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithWaitBuckets(nil), dlockprom.WithHoldBuckets([]float64{})}, nil},
+		{"buckets not increasing", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithWaitBuckets([]float64{2, 1})}, dlock.ErrInvalidOption},
+		{"empty namespace", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithNamespace("")}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panic: %v", p)
+					}
+				}()
+				obs, err := dlockprom.New(tt.reg, tt.opts...)
+				if err != nil {
+					return err
+				}
+				c, err := dlock.New(rdb, dlock.WithObserver(obs))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				return c.Do(context.Background(), "job:1", func(context.Context) error { return nil })
+			}()
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("error %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
