@@ -217,14 +217,15 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	timeout := b.acquireTimeout(r.TTL)
 	n, q := len(b.nodes), b.quorum
 	lease := backend.Millis(r.TTL)
-	// The requests to the nodes not waited for go on; they are cancelled
+	// The requests to the nodes not waited for go on; they are given up
 	// before this attempt's holds are released (at once if it fails, else
-	// by Release), so that none still waiting to be sent goes out after the
-	// release and leaves a hold nobody owns. Not by the caller's
-	// cancellation: once a majority granted the lock, the caller may end
-	// ctx, and the slower nodes must still get it.
-	actx, stopAcquire := context.WithCancel(context.Background())
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (acquireReply, error) {
+	// by Release), and each release waits for its node's request: see
+	// acquireSends. Not by the caller's cancellation: once a majority
+	// granted the lock, the caller may end ctx, and the slower nodes must
+	// still get it.
+	sends, actx := newAcquireSends(len(b.nodes))
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, i int, rdb redis.UniversalClient) (acquireReply, error) {
+		defer close(sends.done[i])
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		defer context.AfterFunc(actx, cancel)()
@@ -281,7 +282,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		} else {
 			stored, ferrs, lost := b.storeFence(ctx, k, token, fence, granted, timeout)
 			if stored >= q && validity() > 0 {
-				d := &lockData{keys: k, stopAcquire: stopAcquire}
+				d := &lockData{keys: k, sends: sends}
 				d.lease.Store(int64(r.TTL))
 				l := &backend.Lease{Key: r.Key, Token: token, Data: d}
 				return tryResult{grant: backend.Grant{Lease: l, Fence: fence, Start: start, TTL: r.TTL}}
@@ -316,14 +317,14 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 			majorityOwner = true
 		}
 	}
-	stopAcquire()
+	sends.stop()
 	var mayHold []int
 	for i, rp := range rs {
 		if !rp.ok() || rp.val.granted {
 			mayHold = append(mayHold, i)
 		}
 	}
-	b.releaseAttempt(ctx, k, token, mayHold, !majorityOwner, timeout, b.opTimeout(r.TTL))
+	b.releaseAttempt(ctx, k, token, mayHold, !majorityOwner, sends, timeout, b.opTimeout(r.TTL))
 
 	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
 	wrongType := 0
@@ -396,7 +397,7 @@ func parseAcquire(v []any) (acquireReply, error) {
 func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes []int, timeout time.Duration) (int, []error, int) {
 	q := b.quorum
 	f := strconv.FormatUint(fence, 10)
-	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		return fenceScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, f).Int64()
 	}, func(rs []reply[int64]) bool {
 		// Stop at a majority stored. A failure waits for every node (up to
@@ -430,8 +431,9 @@ func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence ui
 
 // releaseAttempt releases the token's hold on the given nodes after a
 // failed attempt, waiting for them up to the timeout; the requests
-// themselves may take up to life.
-func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, nodes []int, wake bool, timeout, life time.Duration) {
+// themselves may take up to life, each after its node's acquire request
+// (sends).
+func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, nodes []int, wake bool, sends *acquireSends, timeout, life time.Duration) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -440,7 +442,9 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 		pub = "1"
 	}
 	// The requests outlive the wait: a slow node should still drop the hold.
-	rs := fanout(b, context.WithoutCancel(ctx), nodes, timeout, life, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, context.WithoutCancel(ctx), nodes, timeout, life, func(ctx context.Context, i int, rdb redis.UniversalClient) (int64, error) {
+		ctx, cancel := sends.after(ctx, i, life)
+		defer cancel()
 		return releaseScript.Run(ctx, rdb, []string{k.lock, k.channel}, token, 1, pub).Int64()
 	}, nil)
 	for i, r := range rs {
@@ -449,4 +453,33 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 				"key", k.lock, "kind", "lock", "node", b.nodes[i].addr, "error", r.err)
 		}
 	}
+}
+
+// acquireSends are an attempt's acquire requests, one per node. A release
+// must not overtake one: sent on another connection while the acquire is
+// still on its way (written, but not answered), it could reach the node
+// first and find nothing to release, and the acquire would then leave a
+// hold nobody owns for the whole lease (on a majority, the lock itself).
+type acquireSends struct {
+	stop context.CancelFunc // gives up the requests not sent yet
+	done []chan struct{}    // done[i] is closed once node i's request returned
+}
+
+// newAcquireSends returns the sends of an attempt on n nodes, and the
+// context whose end (stop) gives up those not sent yet.
+func newAcquireSends(n int) (*acquireSends, context.Context) {
+	ctx, stop := context.WithCancel(context.Background())
+	s := &acquireSends{stop: stop, done: make([]chan struct{}, n)}
+	for i := range s.done {
+		s.done[i] = make(chan struct{})
+	}
+	return s, ctx
+}
+
+// after waits until node i's acquire request has returned, and returns the
+// context of a release to that node: ctx's values, and d from then (the
+// wait does not eat the release's time).
+func (s *acquireSends) after(ctx context.Context, i int, d time.Duration) (context.Context, context.CancelFunc) {
+	<-s.done[i]
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }

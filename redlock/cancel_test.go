@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,4 +456,38 @@ func TestInnerUnlockLetsTheSlowerNodesGetTheLock(t *testing.T) {
 		t.Errorf("node 2's acquire ended with %v once an inner Unlock released its level", err)
 	}
 	onEveryNodeSurvivesOneDown(t, cl, obs, l, "job")
+}
+
+// Callers that give up while their attempts are under way take nothing:
+// contexts ending within microseconds end attempts at every stage, with
+// acquires written but not answered yet. Each release waits for its node's
+// acquire to return; sent before, on another connection, it could reach
+// the node first, and the acquire then leave a hold nobody owns for the
+// whole lease (before that wait, about 8% of these attempts did, some on a
+// majority).
+func TestCancelledMidAttemptLeavesNoHold(t *testing.T) {
+	cl := startCluster(t, 3)
+	c, err := redlock.New(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const attempts = 200
+	for i := range attempts {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Microsecond)
+		l, err := c.Lock(ctx, fmt.Sprintf("mid%d", i))
+		cancel()
+		if err == nil {
+			_ = l.Unlock(context.Background())
+		}
+	}
+	c.Close() // waits for the requests in flight
+	left := 0
+	for i := range attempts {
+		for _, rdb := range cl.rdbs {
+			left += int(rdb.Exists(context.Background(), lockKey(fmt.Sprintf("mid%d", i))).Val())
+		}
+	}
+	if left > 0 {
+		t.Fatalf("%d holds left on the nodes by %d cancelled attempts", left, attempts)
+	}
 }

@@ -25,9 +25,10 @@ type reply[T any] struct {
 // ok reports whether the node answered without error.
 func (r reply[T]) ok() bool { return r.answered && r.err == nil }
 
-// fanout sends fn to the given nodes in parallel, one goroutine each, and
-// collects the replies until every node answered, wait passed, ctx ended,
-// or decided (if not nil) says the outcome cannot change any more. Each
+// fanout sends fn to the given nodes in parallel, one goroutine each (fn
+// gets the node's index and client), and collects the replies until every
+// node answered, wait passed, ctx ended, or decided (if not nil) says the
+// outcome cannot change any more. Each
 // request's context has a deadline of life (at least wait) from now.
 // It does not wait for the nodes it gave up on: their goroutines finish in
 // the background (go-redis ends them at the request context's deadline
@@ -37,7 +38,7 @@ func (r reply[T]) ok() bool { return r.answered && r.err == nil }
 //
 // The replies are indexed by node; nodes not asked have asked == false.
 func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time.Duration,
-	fn func(ctx context.Context, rdb redis.UniversalClient) (T, error),
+	fn func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error),
 	decided func(rs []reply[T]) bool,
 ) []reply[T] {
 	rs := make([]reply[T], len(b.nodes))
@@ -68,7 +69,7 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 			if !waitAll {
 				defer b.inflight.Done()
 			}
-			v, err := fn(rctx, b.nodes[i].rdb)
+			v, err := fn(rctx, i, b.nodes[i].rdb)
 			if left.Add(-1) == 0 {
 				cancel()
 			}

@@ -68,7 +68,7 @@ func (b *redlock) renew(ctx context.Context, rs []backend.Renewal, mode string) 
 		shortest = min(shortest, r.TTL)
 	}
 	timeout := b.opTimeout(shortest)
-	replies := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) ([]int64, error) {
+	replies := fanout(b, ctx, b.all(), timeout, timeout, func(rctx context.Context, _ int, rdb redis.UniversalClient) ([]int64, error) {
 		// A node slower than the majority should still be renewed after
 		// the caller stopped waiting and ended ctx (the watchdog does at
 		// once): it may need more than one round trip (NOSCRIPT, then
@@ -195,7 +195,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v != -3 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		v, err := ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
 		if backend.WrongType(err) {
 			return -3, nil // another kind of value: not held there, as for a renewal
@@ -242,11 +242,16 @@ func (b *redlock) Release(ctx context.Context, l *backend.Lease, level int) (int
 		// Only the outermost release frees the nodes: an acquire still on
 		// its way to a slower node must not come after it. An inner one
 		// keeps the lock held, and the slower nodes must still get it.
-		d.stopAcquire()
+		d.sends.stop()
 	}
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v >= 0 }
-	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, context.WithoutCancel(ctx), b.all(), timeout, timeout, func(rctx context.Context, i int, rdb redis.UniversalClient) (int64, error) {
+		if level == 1 {
+			var cancel context.CancelFunc
+			rctx, cancel = d.sends.after(rctx, i, timeout)
+			defer cancel()
+		}
 		v, err := releaseScript.Run(rctx, rdb, []string{d.keys.lock, d.keys.channel}, l.Token, level, "1").Int64()
 		if backend.WrongType(err) {
 			return -1, nil // another kind of value: not held there, as for a renewal
@@ -283,7 +288,7 @@ func (b *redlock) Reenter(ctx context.Context, l *backend.Lease, level int) (int
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v > 0 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		v, err := reenterScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token, level).Int64()
 		if backend.WrongType(err) {
 			return 0, nil // another kind of value: not held there, as for a renewal

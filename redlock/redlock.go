@@ -305,9 +305,10 @@ type lockData struct {
 	// at a time (each waits for the others and for renewals); the other
 	// calls read it concurrently.
 	lease atomic.Int64
-	// stopAcquire cancels the acquire requests still on their way to the
-	// nodes the acquisition did not wait for: Release calls it first.
-	stopAcquire context.CancelFunc
+	// sends are the acquisition's requests, some maybe still on their way
+	// to nodes it did not wait for: the outermost Release gives up those
+	// not sent yet, and waits for each node's before releasing there.
+	sends *acquireSends
 }
 
 func data(l *backend.Lease) *lockData { return l.Data.(*lockData) }
