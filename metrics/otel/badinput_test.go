@@ -1,9 +1,7 @@
 package otel_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/metrics/internal/traffic"
 	dlockotel "github.com/dlock-go/dlock/metrics/otel"
 )
 
@@ -33,23 +32,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := func() (err error) {
-				defer func() {
-					if p := recover(); p != nil {
-						err = fmt.Errorf("panic: %v", p)
-					}
-				}()
-				obs, err := dlockotel.New(tt.opts...)
-				if err != nil {
-					return err
-				}
-				c, err := dlock.New(rdb, dlock.WithObserver(obs))
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				return c.Do(context.Background(), "job:1", func(context.Context) error { return nil })
-			}()
+			err := traffic.Observe(rdb, func() (dlock.Observer, error) { return dlockotel.New(tt.opts...) })
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("error %v, want %v", err, tt.want)
 			}

@@ -277,3 +277,25 @@ func (g *Generator) GroupedKeys() (want map[string]float64) {
 	}
 	return map[string]float64{"a": 2, "b": 1, "other": 2}
 }
+
+// Observe makes an Observer with newObserver and takes one lock with Do on
+// rdb through a Client that reports to it: the bad-input tests of both
+// packages check that odd options give an error, or an Observer whose
+// callbacks work. A panic comes back as an error.
+func Observe(rdb redis.UniversalClient, newObserver func() (dlock.Observer, error)) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	obs, err := newObserver()
+	if err != nil {
+		return err
+	}
+	c, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Do(context.Background(), "job:1", func(context.Context) error { return nil })
+}
