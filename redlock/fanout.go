@@ -28,8 +28,9 @@ func (r reply[T]) ok() bool { return r.answered && r.err == nil }
 // fanout sends fn to the given nodes in parallel, one goroutine each (fn
 // gets the node's index and client), and collects the replies until every
 // node answered, wait passed, ctx ended, or decided (if not nil) says the
-// outcome cannot change any more. Each
-// request's context has a deadline of life (at least wait) from now.
+// outcome cannot change any more. Each request's context has a deadline
+// of life (at least wait) from now; a release that first waits for its
+// node's acquire (acquireSends.after) gets its own, from then.
 // It does not wait for the nodes it gave up on: their goroutines finish in
 // the background (go-redis ends them at the request context's deadline
 // with ContextTimeoutEnabled, else at its ReadTimeout), counted by

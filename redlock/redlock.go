@@ -56,7 +56,8 @@
 //
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
-// ContextTimeoutEnabled clients), and for the waiters' pub/sub connection
+// ContextTimeoutEnabled clients; twice that for a release that waited for
+// its node's acquire to time out first), and for the waiters' pub/sub connection
 // being set up to a hung node, up to the node client's DialTimeout (5 s by
 // default).
 //
