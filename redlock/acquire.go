@@ -229,6 +229,11 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		defer context.AfterFunc(actx, cancel)()
+		if err := actx.Err(); err != nil {
+			// Given up before it started (AfterFunc cancels on a
+			// goroutine of its own, maybe later): not sent at all.
+			return acquireReply{}, err
+		}
 		v, err := acquireScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, lease, r.Meta).Slice()
 		if err != nil {
 			return acquireReply{}, err
