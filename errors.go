@@ -34,7 +34,9 @@ var (
 	ErrInvalidKey = errors.New("dlock: invalid key")
 	// ErrInvalidTTL: a lease or duration is out of range.
 	ErrInvalidTTL = errors.New("dlock: invalid ttl")
-	// ErrInvalidOption: an option's value is invalid or conflicts with another.
+	// ErrInvalidOption: an option's value is invalid or conflicts with another,
+	// or a call does not apply to what it was given (the zero Client, a
+	// go-redis Ring, Txn on permits).
 	ErrInvalidOption = errors.New("dlock: invalid option")
 	// ErrNilClient: New was given a nil Redis client.
 	ErrNilClient = errors.New("dlock: nil redis client")

@@ -234,8 +234,8 @@ func TestTxnOfAPausedHolderAppliesNothing(t *testing.T) {
 
 // BenchmarkTxn measures what guarding a write costs: a SET sent plainly,
 // and the same SET through Txn on a held lock, with the commands each
-// costs Redis (INFO commandstats: WATCH, the check, MULTI, EXEC and
-// go-redis's UNWATCH come with the SET).
+// costs Redis (INFO commandstats: WATCH, the check, MULTI and EXEC come
+// with the SET; go-redis sends no UNWATCH after an EXEC).
 //
 //	go test -run '^$' -bench Txn -benchmem .
 func BenchmarkTxn(b *testing.B) {

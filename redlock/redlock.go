@@ -100,7 +100,8 @@ const (
 type Config struct {
 	// Nodes are the independent Redis masters, at least one; use an odd
 	// number, typically 5 (a majority of 5 survives 2 failures). Each may
-	// be any go-redis client and stays owned by the caller. Two clients of
+	// be any go-redis client but a Ring (refused with
+	// dlock.ErrInvalidOption), and stays owned by the caller. Two clients of
 	// one address (or two ClusterClients of the same seed addresses) are
 	// refused, but two names of one server (localhost and 127.0.0.1, two
 	// DNS names) and two FailoverClients of one master are not detected,

@@ -63,7 +63,7 @@ func atTerminal(t *testing.T, slave *os.File, env []string, script string, args 
 
 // At an interactive terminal COMMAND shares dlock's process group, yet a
 // lost lock must still stop what COMMAND started, as it does elsewhere
-// (TestRunLostLockStopsTheCommand): dlock exits 79 saying "the command was
+// (TestRunLostLockStopsCommand): dlock exits 79 saying "the command was
 // stopped", and nothing of it may go on working without the lock.
 func TestLostLockAtTerminalStopsTheCommandsProcesses(t *testing.T) {
 	t.Parallel()
