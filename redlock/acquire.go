@@ -465,6 +465,13 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 // still on its way (written, but not answered), it could reach the node
 // first and find nothing to release, and the acquire would then leave a
 // hold nobody owns for the whole lease (on a majority, the lock itself).
+// So a release to a node waits until its acquire request has returned.
+// stop gives up the requests not sent yet, so that they never go out; one
+// it cuts short after it was written (go-redis with ContextTimeoutEnabled)
+// returns at once, and its release then follows it on another connection,
+// after it: only a network that reorders packets across connections could
+// still deliver the release first. Waiting for every reply instead would
+// send the requests stop now spares, each a hold until its release.
 type acquireSends struct {
 	stop context.CancelFunc // gives up the requests not sent yet
 	done []chan struct{}    // done[i] is closed once node i's request returned
