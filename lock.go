@@ -27,7 +27,7 @@ type heldKey struct {
 
 // Lock is a held lock. Its methods are safe for concurrent use. The zero
 // Lock holds nothing: its Context is done, and Unlock, Extend, TTL and Txn
-// return an error wrapping ErrNotHeld.
+// given good arguments return an error wrapping ErrNotHeld.
 //
 // The lock's Context is cancelled the moment the lock cannot be trusted any
 // more: Unlock (cause ErrReleased), or loss (cause ErrLockLost) when a
