@@ -25,7 +25,7 @@ var errTxnNotRun = errors.New("the lock's key could not be watched, nothing appl
 // hash tag of the lock's own keys, so such a name is in the lock's slot
 // whatever the lock's name holds, as the keys Txn writes must be.
 func (l *Lock) SlotKey(suffix string) string {
-	return "{" + backend.Tag(l.Key()) + "}:" + suffix
+	return backend.SlotKey(l.Key(), suffix)
 }
 
 // Txn applies the commands fn queues on pipe as one MULTI/EXEC transaction,

@@ -30,3 +30,7 @@ func KeyOfTag(tag string) string {
 	}
 	return tag
 }
+
+// SlotKey is the name suffix gets beside key's lock: key's tag between
+// braces, then ':' and suffix, so that it shares the lock's hash slot.
+func SlotKey(key, suffix string) string { return "{" + Tag(key) + "}:" + suffix }

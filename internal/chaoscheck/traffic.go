@@ -267,7 +267,7 @@ func (tr *Traffic) holdFor(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock,
 
 // GuardLog is the list a holder's guarded writes append its fence to (see
 // Traffic.Guard): in the key's slot, as Txn requires on Redis Cluster.
-func GuardLog(key string) string { return "{" + backend.Tag(key) + "}:guarded" }
+func GuardLog(key string) string { return backend.SlotKey(key, "guarded") }
 
 // guard appends l's fence to its key's GuardLog through l.Txn.
 func (tr *Traffic) guard(r *rand.Rand, l *dlock.Lock) {
