@@ -19,6 +19,12 @@ type nilRetry struct{ d time.Duration }
 
 func (r *nilRetry) Backoff(int) (time.Duration, bool) { return r.d, true }
 
+// retryFunc is a RetryStrategy of a function type, whose nil value panics
+// when asked.
+type retryFunc func(int) (time.Duration, bool)
+
+func (f retryFunc) Backoff(attempt int) (time.Duration, bool) { return f(attempt) }
+
 // callSafely runs f and turns a panic into an error, so that a table of
 // bad inputs reports every panicking case instead of stopping at the first.
 func callSafely(f func() error) (err error, panicked bool) {
@@ -244,19 +250,22 @@ func TestBadInputHeldLock(t *testing.T) {
 		t.Errorf("Txn(nil): %v", err)
 	}
 
-	// A nil pointer as the RetryStrategy of a Lock that has to wait.
-	err, p := callSafely(func() error {
-		l, err := c.Lock(ctx, "held", WithRetry((*nilRetry)(nil)))
-		if err == nil {
-			_ = l.Unlock(ctx)
+	// A nil pointer or function as the RetryStrategy of a Lock that has
+	// to wait.
+	for _, retry := range []RetryStrategy{(*nilRetry)(nil), retryFunc(nil)} {
+		err, p := callSafely(func() error {
+			l, err := c.Lock(ctx, "held", WithRetry(retry))
+			if err == nil {
+				_ = l.Unlock(ctx)
+			}
+			return err
+		})
+		if p || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("Lock with a nil %T as RetryStrategy: %v", retry, err)
 		}
-		return err
-	})
-	if p || !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("Lock with a nil-pointer RetryStrategy: %v", err)
-	}
-	if n := queued(t, rdb, c, "held"); n != 0 {
-		t.Errorf("%d waiters left queued", n)
+		if n := queued(t, rdb, c, "held"); n != 0 {
+			t.Errorf("%d waiters left queued", n)
+		}
 	}
 
 	// Two Unlocks at once: one releases, the other finds it released.

@@ -2,13 +2,17 @@ package backend
 
 import "reflect"
 
-// IsNil reports whether a Redis client passed as an interface is nil,
-// including a nil pointer of a concrete type (a nil *redis.Client as a
-// redis.UniversalClient), which is not == nil and would panic on first use.
-func IsNil(client any) bool {
-	if client == nil {
+// IsNil reports whether a value passed as an interface is nil, including a
+// nil pointer of a concrete type (a nil *redis.Client as a
+// redis.UniversalClient) and a nil function of a function type with
+// methods, which are not == nil and would panic on first use.
+func IsNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(client)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
