@@ -89,6 +89,8 @@ type forceReleaseConfig struct {
 // removes it: an operator removes the holder they inspected, never one that
 // took the lock since. If the lock is free, or another token holds it,
 // nothing is removed and ForceRelease returns an error wrapping ErrNotHeld.
+// A token that cannot be an owner token (empty, or starting with ':') is
+// an error wrapping ErrInvalidOption.
 func WithExpectedOwner(token string) ForceReleaseOption {
 	return func(c *forceReleaseConfig) { c.owner, c.ownerSet = token, true }
 }

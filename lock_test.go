@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // A lock key someone made persistent reports a TTL of 0, as on Redlock,
@@ -1239,6 +1240,37 @@ func TestFenceCounterAheadOfClockOutlivesTheGap(t *testing.T) {
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// An uncontended Lock and Unlock cost two round trips, as the README says:
+// one script each; so do a semaphore's permits.
+func TestUncontendedLockAndUnlockAreTwoRoundTrips(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	var n atomic.Int64
+	rdb.AddHook(testutil.RoundTrips{N: &n})
+	for _, tc := range []struct {
+		name string
+		take func() (*Lock, error)
+	}{
+		{"lock", func() (*Lock, error) { return c.Lock(ctx, "order:42") }},
+		{"semaphore", func() (*Lock, error) { return c.Semaphore("exports", 3).Acquire(ctx, 2) }},
+	} {
+		// Once first, so that the scripts are loaded.
+		for i := range 2 {
+			n.Store(0)
+			l, err := tc.take()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := n.Load(); i == 1 && got != 2 {
+				t.Errorf("%s: acquire + release took %d round trips, want 2", tc.name, got)
+			}
 		}
 	}
 }

@@ -69,7 +69,8 @@ func WithClientName(name string) Option {
 // WithQueueTTL sets how long a waiter keeps its place in a lock's queue
 // without refreshing it (default 3 s). Waiters refresh every third of it (of
 // their lease, if that is shorter), so a waiter whose process dies stops
-// blocking the queue within this time.
+// blocking the queue within this time. It must be between 30 ms and 1 h,
+// or New returns an error wrapping ErrInvalidTTL.
 func WithQueueTTL(d time.Duration) Option {
 	return func(c *clientConfig) { c.queueTTL = d }
 }
@@ -123,7 +124,9 @@ func WithoutRenewal() LockOption {
 // WithMaxHold stops renewal once the lock has been held for d, so a holder
 // stuck in its critical section cannot keep the lock forever. The lock is
 // then lost when the last lease runs out. A degraded lock
-// (WithDegradedMode), which has no lease, is lost once held for d.
+// (WithDegradedMode), which has no lease, is lost once held for d. It
+// needs renewal: with WithoutRenewal, Lock returns an error wrapping
+// ErrInvalidOption.
 func WithMaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.maxHold = d }
 }

@@ -128,7 +128,8 @@ func WithReplicaAck(replicas int, timeout time.Duration, policy ReplicaPolicy) O
 // fewer replicas than WithReplicaAck asks for acknowledged in time,
 // whatever the policy. It is how a caller using AcceptAndReport learns
 // which locks are at risk: match ReplicaReport.Token against Lock.Token.
-// fn must be quick and must not call the Client.
+// fn must be quick and must not call the Client. Without WithReplicaAck,
+// New returns an error wrapping ErrInvalidOption.
 func WithReplicaReport(fn func(ReplicaReport)) Option {
 	return func(c *clientConfig) { c.replica.report = fn }
 }

@@ -73,7 +73,8 @@ func (s *Semaphore) Capacity() int64 { return s.capacity }
 // returned Lock stands for the n permits: Unlock gives them back, its
 // Context is cancelled if they are lost, and its Fence is greater than
 // that of every earlier grant of this semaphore. WithRetry bounds the
-// wait, as for Client.Lock.
+// wait, as for Client.Lock. n must be between 1 and the capacity, or
+// Acquire (and TryAcquire) returns an error wrapping ErrInvalidOption.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Lock, error) {
 	return s.acquire(ctx, n, true, opts)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,6 +231,26 @@ func TestTxnOfAPausedHolderAppliesNothing(t *testing.T) {
 		t.Fatalf("log = %v, want only the newer holder's fence %v", got, want)
 	}
 	_ = newer.Unlock(ctx)
+}
+
+// Txn costs three round trips, as its godoc says: WATCH, the check, and
+// MULTI/EXEC.
+func TestTxnIsThreeRoundTrips(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "order:42", WithTTL(time.Minute))
+	defer l.Unlock(ctx)
+	var n atomic.Int64
+	rdb.AddHook(testutil.RoundTrips{N: &n})
+	if err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, l.SlotKey("state"), "paid", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("Txn took %d round trips, want 3", got)
+	}
 }
 
 // BenchmarkTxn measures what guarding a write costs: a SET sent plainly,

@@ -91,7 +91,8 @@ const (
 	// default is the lease/10, at most MaxNodeTimeout (and at least 2 ms).
 	MaxNodeTimeout = 50 * time.Millisecond
 	// DefaultRetryDelay is the default bound of the random delay before an
-	// attempt that lost a race (no majority for anyone) is retried.
+	// attempt that lost a race (no majority for anyone) is retried (see
+	// Config.RetryDelay).
 	DefaultRetryDelay = 50 * time.Millisecond
 )
 
@@ -122,9 +123,10 @@ type Config struct {
 	NodeTimeout time.Duration
 	// RetryDelay bounds the random delay before retrying an attempt that
 	// got no majority although the lock was not held by anyone else (a race
-	// between contenders), or that could not reach a majority. Default
-	// DefaultRetryDelay. Waiters woken by a release retry after a random
-	// delay of up to RetryDelay/10.
+	// between contenders), or that could not reach a majority. The bound
+	// doubles with each such attempt in a row, up to 16 x RetryDelay.
+	// Default DefaultRetryDelay. Waiters woken by a release retry after a
+	// random delay of up to RetryDelay/10.
 	RetryDelay time.Duration
 }
 

@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -762,5 +764,61 @@ func TestTxnRefused(t *testing.T) {
 		if n := rdb.Exists(ctx, "{order:42}:state").Val(); n != 0 {
 			t.Fatal("a refused Txn wrote")
 		}
+	}
+}
+
+// An uncontended Lock is two round trips, in parallel on the nodes (the
+// grant on every node, then the fence on the majority that granted it), and
+// its Unlock one to every node, as docs/safety.md says.
+func TestUncontendedLockRoundTrips(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.cacheScripts(t)
+	counts := make([]atomic.Int64, len(cl.rdbs))
+	for i, rdb := range cl.rdbs {
+		rdb.AddHook(testutil.RoundTrips{N: &counts[i]})
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := mustLock(t, c, "order:42")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Close waits for the requests still on their way to the slower nodes.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fenced := 0
+	for i := range counts {
+		switch n := counts[i].Load(); n {
+		case 3: // grant, fence, release
+			fenced++
+		case 2: // grant, release: the majority had granted without it
+		default:
+			t.Errorf("node %d: %d requests for a Lock and Unlock, want 2 or 3", i, n)
+		}
+	}
+	if fenced < 2 {
+		t.Errorf("the fence was stored on %d nodes, want a majority", fenced)
+	}
+}
+
+// WithReplicaAck applies to one deployment: a Redlock Client ignores it,
+// and takes locks on nodes that have no replicas.
+func TestReplicaAckIgnored(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t, dlock.WithReplicaAck(1, 100*time.Millisecond, dlock.FailClosed))
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "order:42")
+	if err != nil {
+		t.Fatalf("Lock with WithReplicaAck and no replicas = %v, want the lock", err)
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend = %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock = %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -87,6 +88,30 @@ func (PassHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return n
 // ProcessPipelineHook passes pipelines through.
 func (PassHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// RoundTrips is a go-redis hook that counts the requests a client sends:
+// a command sent alone, and a pipeline or MULTI/EXEC, is one round trip
+// each.
+type RoundTrips struct {
+	PassHook
+	N *atomic.Int64
+}
+
+// ProcessHook counts a command sent alone.
+func (h RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.N.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook counts a pipeline.
+func (h RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.N.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // ACLRefused reports whether the server's ACL LOG records a refusal of
