@@ -337,9 +337,7 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	w.cancel() // every hold is lost below: their renewals are moot
 	// Lost at once, before the wait below: nothing watches their deadlines
 	// any more, and a Context must not outlive its lease.
-	for h, cause := range lost {
-		w.end(h, cause)
-	}
+	w.endAll(lost)
 	// go-redis may not cut a read short at the cancellation (only with
 	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
 	// for past deadline. Once it ends it finds the holds gone and reports
@@ -351,6 +349,27 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 func (w *watchdog) lose(h *hold, cause error) {
 	w.end(h, cause)
 	w.c.observeLost(h, cause)
+}
+
+// loseAll is lose for every hold in lost (with its cause), each step for
+// them all before the next: reporting a loss (the log, the Observer) takes
+// time, which must not delay another's Context.
+func (w *watchdog) loseAll(lost map[*hold]error) {
+	w.endAll(lost)
+	for h, cause := range lost {
+		w.c.observeLost(h, cause)
+	}
+}
+
+// endAll is end for every hold in lost, every Context before the first log
+// record.
+func (w *watchdog) endAll(lost map[*hold]error) {
+	for h, cause := range lost {
+		h.cancel(cause)
+	}
+	for h, cause := range lost {
+		w.end(h, cause)
+	}
 }
 
 // end ends h as lost with cause, without telling the Observer.
@@ -371,16 +390,16 @@ func (w *watchdog) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due, lost, wait := w.scan(time.Now())
+		due, lost, next := w.scan(time.Now())
 		if len(due) > 0 {
 			// Counted in inflight by scan: started before the losses are
 			// reported, since Lost may call Close, which waits for it.
 			go w.renewAll(due)
 		}
-		for h, cause := range lost {
-			w.lose(h, cause)
-		}
-		timer.Reset(wait)
+		w.loseAll(lost)
+		// From now, not from the scan: reporting the losses (the log, the
+		// Observer) took time, which must not delay the next deadline.
+		timer.Reset(max(time.Until(next), 0))
 		select {
 		case <-timer.C:
 		case <-w.kick:
@@ -434,18 +453,18 @@ func (w *watchdog) group(due []*hold) [][]*hold {
 
 // scan sorts the holds at now: those past their deadline are lost, those
 // whose renewal is due (or close enough to batch with it) are marked busy
-// and returned. wait is how long until the next event.
-func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait time.Duration) {
+// and returned. next is when the next event is.
+func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
 	case <-w.stop:
 		// Closed: the holds left are being unlocked; no renewal starts
 		// that close would not wait for.
-		return nil, nil, time.Hour
+		return nil, nil, now.Add(time.Hour)
 	default:
 	}
-	next := now.Add(time.Hour)
+	next = now.Add(time.Hour)
 	for h := range w.holds {
 		if !now.Before(h.deadline) {
 			if lost == nil {
@@ -478,7 +497,7 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, wait 
 		// to those it waits for.
 		w.inflight.Add(1)
 	}
-	return due, lost, max(next.Sub(now), 0)
+	return due, lost, next
 }
 
 // renew sends one batch of renewals (one pipelined round trip on a single
@@ -549,9 +568,7 @@ func (w *watchdog) renew(due []*hold) {
 	if !closing {
 		w.c.renewed(due[:watched], outcomes[:watched])
 	}
-	for h, cause := range lost {
-		w.lose(h, cause)
-	}
+	w.loseAll(lost)
 	w.poke()
 }
 

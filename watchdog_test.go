@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -609,5 +611,121 @@ func TestRenewalFindingWrongTypeKeyIsLossBefore7(t *testing.T) {
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "ran out") {
 		t.Errorf("cause = %v, want a loss found by the renewal", cause)
+	}
+}
+
+// slowLossLog is a log handler whose sink is slow to take the record of
+// the loss of the locks it names, as a log shipped over a busy network
+// can be.
+type slowLossLog struct {
+	keys  []string
+	delay time.Duration
+}
+
+func (h slowLossLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h slowLossLog) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h slowLossLog) WithGroup(string) slog.Handler                { return h }
+
+func (h slowLossLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "dlock: lock lost" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "key" && slices.Contains(h.keys, a.Value.String()) {
+			time.Sleep(h.delay) // the slow sink itself, not a wait for an event
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+// Reporting one lock's loss (its log record, the Observer) takes the
+// watchdog's loop some time. Another lock's deadline, looked at before
+// that, must still end its Context at that deadline, not as much later as
+// the report took: by then Redis may have expired the key and granted it
+// to another client.
+func TestLossReportDoesNotDelayAnotherDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	const slow = 500 * time.Millisecond
+	c := newClientOn(t, srv.Client(t), WithLogger(slog.New(slowLossLog{keys: []string{"first"}, delay: slow})))
+	first := mustLock(t, c, "first", WithTTL(200*time.Millisecond), WithoutRenewal())
+	second := mustLock(t, c, "second", WithTTL(time.Second), WithoutRenewal())
+	<-first.Done()
+	<-second.Done()
+	lostAt := time.Now()
+	if late := lostAt.Sub(c.dog.deadline(second.h)); late > slow/2 {
+		t.Errorf("the second lock was declared lost %v after its deadline, want about 0 (the first one's loss took %v to report)", late, slow)
+	}
+	if !errors.Is(context.Cause(second.Context()), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(second.Context()))
+	}
+}
+
+// Locks found lost together (by one renewal round trip, by one look of the
+// watchdog at their deadlines, or by Close) all end their Contexts at once:
+// none waits for the report of another's loss.
+func TestLocksLostTogetherEndTogether(t *testing.T) {
+	const slow = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, rdb *redis.Client, c *Client) (a, b *Lock)
+	}{
+		{"renewal finds both gone", func(t *testing.T, rdb *redis.Client, c *Client) (a, b *Lock) {
+			// Taken together, so renewed in one round trip a third of the
+			// lease later; gone from Redis before that.
+			a = mustLock(t, c, "a", WithTTL(900*time.Millisecond))
+			b = mustLock(t, c, "b", WithTTL(900*time.Millisecond))
+			if err := rdb.Del(context.Background(), c.keys("a").lock, c.keys("b").lock).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return a, b
+		}},
+		{"both deadlines passed", func(t *testing.T, _ *redis.Client, c *Client) (a, b *Lock) {
+			// Both deadlines pass while the loss of a third lock is being
+			// reported: the watchdog's next look finds both over.
+			mustLock(t, c, "c", WithTTL(100*time.Millisecond), WithoutRenewal())
+			a = mustLock(t, c, "a", WithTTL(300*time.Millisecond), WithoutRenewal())
+			b = mustLock(t, c, "b", WithTTL(300*time.Millisecond), WithoutRenewal())
+			return a, b
+		}},
+		{"Close", func(t *testing.T, _ *redis.Client, c *Client) (a, b *Lock) {
+			a, b = mustLock(t, c, "a"), mustLock(t, c, "b")
+			go c.Close()
+			return a, b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			c := newClientOn(t, rdb, WithLogger(slog.New(slowLossLog{keys: []string{"a", "b", "c"}, delay: slow})))
+			a, b := tc.lose(t, rdb, c)
+			var ended [2]time.Time
+			var wg sync.WaitGroup
+			for i, l := range []*Lock{a, b} {
+				wg.Go(func() {
+					<-l.Done()
+					ended[i] = time.Now()
+				})
+			}
+			waited := make(chan struct{})
+			go func() {
+				wg.Wait()
+				close(waited)
+			}()
+			select {
+			case <-waited:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the locks were not both lost")
+			}
+			if gap := ended[1].Sub(ended[0]).Abs(); gap > slow/2 {
+				t.Errorf("the two locks' Contexts ended %v apart, want about 0 (a loss takes %v to report)", gap, slow)
+			}
+			for _, l := range []*Lock{a, b} {
+				if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+					t.Errorf("%q: cause = %v, want ErrLockLost", l.Key(), context.Cause(l.Context()))
+				}
+			}
+		})
 	}
 }
