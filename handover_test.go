@@ -452,3 +452,31 @@ func TestCorruptEntryLeaseIsNotHandedTheLock(t *testing.T) {
 		})
 	}
 }
+
+// panicRetry is a RetryStrategy with a bug: it panics when asked for a
+// delay.
+type panicRetry struct{}
+
+func (panicRetry) Backoff(int) (time.Duration, bool) { panic("strategy bug") }
+
+// A Lock call that panics while queued (its RetryStrategy's bug, recovered
+// by the caller as net/http does) leaves the queue, as one that gives up:
+// else the lock is handed to nobody, and the waiters behind wait out its
+// lease.
+func TestWaiterThatPanicsLeavesTheQueue(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	held := mustLock(t, c, "k")
+	other := newClientOn(t, srv.Client(t), noPolling)
+	mustPanic(t, "Lock with a panicking RetryStrategy", func() { _, _ = other.Lock(ctx, "k", WithRetry(panicRetry{})) })
+	if n := queued(t, rdb, c, "k"); n != 0 {
+		t.Errorf("the call that panicked left %d queue entries", n)
+	}
+	got := lockAsync(ctx, c, "k")
+	waitQueuedAndSubscribed(t, rdb, c, "k")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "the waiter behind the call that panicked")
+	_ = l.Unlock(ctx)
+}

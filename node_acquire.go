@@ -86,6 +86,16 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			wt.leave()
 		}
 	}()
+	// The retry strategy may be the caller's own code, and a go-redis hook
+	// may panic too: if the caller recovers, a waiter that panicked must
+	// not stay queued (as one that gives up), or a release would hand the
+	// lock to nobody and the waiters behind would wait out its lease.
+	defer func() {
+		if r := recover(); r != nil {
+			a.abandon(ctx)
+			panic(r)
+		}
+	}()
 	refresh := min(a.n.queueTTL, a.r.TTL) / 3
 	retry := backend.RetrySchedule{Retry: a.r.Retry}
 	// Made on the first wait; since Go 1.23 Reset discards a stale tick.
