@@ -115,10 +115,11 @@ func (c *Client) Close() error {
 		c.mu.Lock()
 		close(c.closed)
 		c.mu.Unlock()
-		_ = c.be.Close()
 		// A hung Redis is not waited for longer than releaseTimeout in
-		// all (go-redis may not give up on its reads).
+		// all (go-redis may not give up on its reads), the pub/sub
+		// connection's shutdown included.
 		deadline := time.Now().Add(releaseTimeout)
+		_ = c.be.Close()
 		lost = c.dog.close(deadline)
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
