@@ -4,11 +4,16 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
 )
+
+// benchSpareConns are the connections bench needs besides one per
+// goroutine or worker.
+const benchSpareConns = 10
 
 // benchFlags are the flags of `dlock bench`.
 type benchFlags struct {
@@ -61,6 +66,10 @@ of the dlock repository.`,
 				return usagef("--goroutines and --workers must not be negative")
 			case f.goroutines == 0 && f.workers == 0:
 				return usagef("nothing to measure: --goroutines and --workers are both 0")
+			case max(f.goroutines, f.workers) > math.MaxInt32-benchSpareConns:
+				// Each needs a connection, and go-redis panics on a pool
+				// larger than an int32.
+				return usagef("--goroutines %d and --workers %d: at most %d", f.goroutines, f.workers, math.MaxInt32-benchSpareConns)
 			case f.duration <= 0:
 				return usagef("--duration %v: must be positive", f.duration)
 			case f.hold < 0:
@@ -93,7 +102,7 @@ func (a *app) bench(f benchFlags) error {
 		defer srv.Stop()
 		a.conn.url = srv.URL()
 	}
-	a.conn.poolSize = max(f.goroutines, f.workers) + 10
+	a.conn.poolSize = max(f.goroutines, f.workers) + benchSpareConns
 	c, err := a.connect(ctx, "dlock bench")
 	if err != nil {
 		return startError(ctx, err, "bench")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -47,5 +48,23 @@ func TestBenchPrivateWithRedisURLInEnvironment(t *testing.T) {
 		"bench", "--private", "--duration", "100ms", "--goroutines", "1", "--workers", "0").want(t, 0)
 	if !strings.Contains(r.stdout, "uncontended: 1 goroutines") || strings.Contains(r.stdout, srv.Addr()) {
 		t.Errorf("bench --private report:\n%s", r.stdout)
+	}
+}
+
+// The percentiles bench and demo print are nearest-rank: the smallest
+// value that at least p percent of the sample is at or below. A p99 one
+// rank lower leaves more than 1 percent above it.
+func TestPercentileIsNearestRank(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 10, 60, 99, 100, 101, 170, 1234} {
+		for _, p := range []int{50, 99} {
+			d := make(durations, n)
+			for i := range d {
+				d[i] = time.Duration(n - i) // 1..n, reversed: pct sorts
+			}
+			rank := (p*n + 99) / 100 // the smallest k with k >= p% of n
+			if got := d.pct(float64(p)); got != time.Duration(rank) {
+				t.Errorf("p%d of 1..%d = %d, want %d", p, n, got, rank)
+			}
+		}
 	}
 }

@@ -167,10 +167,31 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	if jobSigs != nil {
 		defer signal.Stop(jobSigs)
 	}
+	// Telling of a stop waits for whoever reads stderr, which may hang: the
+	// stop must not wait with it (the SIGKILL after grace above all). So
+	// the notes are written in order on their own, and are out before
+	// supervise returns, once what is left of a stopped command is killed.
+	said := make(chan struct{})
+	close(said)
+	defer func() {
+		if lost != nil {
+			ch.kill()
+		}
+		<-said
+	}()
+	note := func(format string, args ...any) {
+		prev, done := said, make(chan struct{})
+		said = done
+		go func() {
+			<-prev
+			fmt.Fprintf(a.stderr, format, args...)
+			close(done)
+		}()
+	}
 	stop := func(cause error, what string) {
 		lost, lockDone, holdC = cause, nil, nil
 		ch.signal(syscall.SIGTERM) // before telling of it: stderr may be slow
-		fmt.Fprintf(a.stderr, "dlock: %s: sent SIGTERM to the command, SIGKILL in %v\n", what, grace)
+		note("dlock: %s: sent SIGTERM to the command, SIGKILL in %v\n", what, grace)
 		graceTimer.Reset(grace)
 		graceC = graceTimer.C
 	}
@@ -204,8 +225,8 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for lock %q", maxHold, l.Key()))
 		case <-graceC:
 			graceC = nil
-			fmt.Fprintf(a.stderr, "dlock: the command did not exit within --grace %v: sending SIGKILL\n", grace)
 			ch.signal(syscall.SIGKILL)
+			note("dlock: the command did not exit within --grace %v: sending SIGKILL\n", grace)
 		}
 	}
 }

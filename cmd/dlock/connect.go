@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -95,6 +96,18 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 		if o.PoolSize < 0 {
 			// go-redis panics on it (makechan: size out of range).
 			return usagef("invalid Redis URL %s: pool_size %d must not be negative", redactURL(raw), o.PoolSize)
+		}
+		for _, n := range []struct {
+			name  string
+			value int
+		}{
+			{"pool_size", o.PoolSize}, {"min_idle_conns", o.MinIdleConns}, {"max_idle_conns", o.MaxIdleConns},
+			{"max_active_conns", o.MaxActiveConns}, {"pipeline_pool_size", o.PipelinePoolSize},
+		} {
+			if n.value < math.MinInt32 || n.value > math.MaxInt32 {
+				// go-redis makes its pools with int32 sizes, and panics.
+				return usagef("invalid Redis URL %s: %s %d is out of range", redactURL(raw), n.name, n.value)
+			}
 		}
 		if o.MaxRetries < -1 {
 			// go-redis then sends no pipeline at all, and reports no error.

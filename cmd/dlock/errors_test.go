@@ -35,6 +35,13 @@ func TestBadInput(t *testing.T) {
 		{"negative pool size", nil, []string{"--redis", "redis://:" + secret + "@localhost?pool_size=-1", "run", "k", "--", "true"}, exitUsage, "pool_size -1 must not be negative"},
 		{"database with --cluster", nil, []string{"--redis", "redis://localhost/2", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "database 2: Redis Cluster has database 0 only"},
 		{"negative pool size with --cluster", nil, []string{"--redis", "redis://?pool_size=-1", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "pool_size -1 must not be negative"},
+		// go-redis takes them as int32: past that, it panics making the pool.
+		{"pool size past int32", nil, []string{"--redis", "redis://:" + secret + "@localhost?pool_size=2147483648", "run", "k", "--", "true"}, exitUsage, "pool_size 2147483648 is out of range"},
+		{"pool size past int32 with --cluster", nil, []string{"--redis", "redis://?pool_size=2147483648", "--cluster", "localhost:7000", "inspect", "k"}, exitUsage, "pool_size 2147483648 is out of range"},
+		{"min idle conns past int32", nil, []string{"--redis", "redis://localhost?min_idle_conns=-2147483649", "inspect", "k"}, exitUsage, "min_idle_conns -2147483649 is out of range"},
+		{"max idle conns past int32", nil, []string{"--redis", "redis://localhost?max_idle_conns=2147483648", "inspect", "k"}, exitUsage, "max_idle_conns 2147483648 is out of range"},
+		{"max active conns past int32", nil, []string{"--redis", "redis://localhost?max_active_conns=2147483648", "list"}, exitUsage, "max_active_conns 2147483648 is out of range"},
+		{"pipeline pool size past int32", nil, []string{"--redis", "redis://localhost?pipeline_pool_size=2147483648", "list"}, exitUsage, "pipeline_pool_size 2147483648 is out of range"},
 		// go-redis parses it, then sends no pipeline at all and says nothing.
 		{"max retries below -1", nil, []string{"--redis", "redis://:" + secret + "@localhost?max_retries=-2", "inspect", "k"}, exitUsage, "max_retries -2 must be -1 (no retries) or more"},
 		{"unknown completion shell", nil, []string{"completion", "fsh"}, exitUsage, `unknown command "fsh" for "dlock completion"`},
@@ -66,6 +73,7 @@ func TestBadInput(t *testing.T) {
 		{"long meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1025), "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata longer than 1024 bytes"},
 		{"meta not UTF-8, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", "job \xff", "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata is not valid UTF-8"},
 		{"longest meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1024), "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"bench past the connection pool's size, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--goroutines", "3000000000"}, exitUsage, "--goroutines 3000000000 and --workers 16: at most 2147483637"},
 		{"permits' release without --owner, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "release", "--force", "--capacity", "3", "k"}, exitUsage, "needs --owner TOKEN"},
 		{"max hold and grace past the longest duration", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--max-hold", "2562047h", "--grace", "2562047h", "k", "--", "echo", "ran"}, exitUsage, "--max-hold 2562047h0m0s with --grace 2562047h0m0s: too long"},
 		// redis-cli reads a lone userinfo as the password; go-redis as a

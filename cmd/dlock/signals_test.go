@@ -471,3 +471,67 @@ func TestStopWatchingReturnsTheSignalThatCameBefore(t *testing.T) {
 		}
 	}
 }
+
+// A lost lock stops COMMAND within --grace even while dlock's stderr is a
+// pipe that is full and not read (a log reader that hangs): telling of the
+// loss waits for the reader, and the SIGKILL must not wait with it, or a
+// COMMAND that ignores SIGTERM works on without the lock for as long as
+// the reader hangs.
+func TestRunLostLockWithBlockedStderr(t *testing.T) {
+	t.Parallel()
+	key := testKey(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(fds[0]), "stderr-r"), os.NewFile(uintptr(fds[1]), "stderr-w")
+	defer r.Close()
+	for {
+		if _, err := syscall.Write(fds[1], make([]byte, 4096)); err == syscall.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.SetNonblock(fds[1], false); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: exec.Command(dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "200ms", key, "--",
+		"sh", "-c", `trap '' TERM; echo $$ > "$PIDF"; exec sleep 1000`), done: make(chan struct{})}
+	p.cmd.Env = baseEnv("PIDF=" + pidFile)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(fileText(pidFile), "\n") })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the command to be killed after --grace", func() bool { return processGone(pid) })
+	stderr := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); stderr <- b }()
+	code := p.wait(t)
+	errText := strings.TrimLeft(string(<-stderr), "\x00") // after what filled the pipe
+	if code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, errText)
+	}
+	for _, want := range []string{`lost the lock "` + key + `"`, "sending SIGKILL", "its status: 137"} {
+		if !strings.Contains(errText, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errText)
+		}
+	}
+}

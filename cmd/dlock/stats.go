@@ -3,6 +3,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -17,7 +18,7 @@ func (d durations) pct(p float64) time.Duration {
 		return 0
 	}
 	slices.Sort(d)
-	i := int(float64(len(d))*p/100+0.5) - 1
+	i := int(math.Ceil(float64(len(d))*p/100)) - 1
 	return d[min(max(i, 0), len(d)-1)]
 }
 

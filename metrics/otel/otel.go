@@ -19,7 +19,8 @@
 // of one name make separate points; re-entries are of locks only. For
 // permits, the waiting calls (Acquire, RLock, an RWMutex's Lock) have
 // dlock.mode "lock" and their Try forms "trylock". Spans carry the key
-// itself (dlock.key) unless WithoutKeyInSpans.
+// itself (dlock.key; bytes that are not UTF-8 become U+FFFD) unless
+// WithoutKeyInSpans.
 //
 // Instruments (meter "github.com/dlock-go/dlock/metrics/otel"):
 //
@@ -43,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -314,7 +316,9 @@ func (o *Observer) keyAttrs(key, kind string) (group, kindAttr attribute.KeyValu
 
 func (o *Observer) spanAttrs(key string, group, kind, extra attribute.KeyValue) []attribute.KeyValue {
 	if o.keyInSpans {
-		return []attribute.KeyValue{Key.String(key), group, kind, extra}
+		// Keys are any bytes; attribute values must be UTF-8, or an
+		// exporter (OTLP) refuses the span and the batch it is in.
+		return []attribute.KeyValue{Key.String(strings.ToValidUTF8(key, "\uFFFD")), group, kind, extra}
 	}
 	return []attribute.KeyValue{group, kind, extra}
 }

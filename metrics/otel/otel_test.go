@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -287,6 +288,40 @@ func TestWithoutKeyInSpans(t *testing.T) {
 		}
 		if k, _ := spanAttr(s, dlockotel.Kind); k.AsString() != "lock" {
 			t.Errorf("span %s: kind %q", s.Name(), k.AsString())
+		}
+	}
+}
+
+// Keys are any bytes, and a span's string attributes must be UTF-8: OTLP's
+// protobuf refuses to marshal a span with invalid UTF-8, and with it the
+// whole batch it is exported in. The key in spans is made valid, as its
+// group is in the metrics.
+func TestKeyInSpansIsValidUTF8(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := traffic.Start(t, obs).Locks
+	if err := locks.Do(context.Background(), "order:\xff\xfe", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	snaps := spans.GetSpans().Snapshots()
+	if len(snaps) != 2 {
+		t.Fatalf("%d spans, want dlock.acquire and dlock.release", len(snaps))
+	}
+	for _, s := range snaps {
+		if _, ok := spanAttr(s, dlockotel.Key); !ok {
+			t.Errorf("span %s lacks the key", s.Name())
+		}
+		for _, a := range s.Attributes() {
+			if a.Value.Type() == attribute.STRING && !utf8.ValidString(a.Value.AsString()) {
+				t.Errorf("span %s: attribute %s = %q is not valid UTF-8", s.Name(), a.Key, a.Value.AsString())
+			}
 		}
 	}
 }
