@@ -15,6 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis/rueidislock"
+	"go.uber.org/goleak"
 )
 
 // addr is the Redis server the benchmarks use: $DLOCK_BENCH_ADDR, or a
@@ -36,6 +37,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if srv != nil {
 		srv.Stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

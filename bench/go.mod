@@ -10,6 +10,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -322,14 +322,15 @@ func TestPersistentNodeKeepsLockAcrossRestart(t *testing.T) {
 
 func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
 	cl := startCluster(t, 5)
-	c := cl.locker(t)
+	c, patient := cl.locker(t), cl.patientLocker(t)
 	ctx := context.Background()
 	mustLock(t, c, "warm").Unlock(ctx) // connect to every node first
+	mustLock(t, patient, "warm").Unlock(ctx)
 	cl.srvs[2].Pause(t)
 	fastest := time.Hour
 	for range 10 { // the best of several, for a loaded machine
 		start := time.Now()
-		l, err := c.TryLock(ctx, "job")
+		l, err := patient.TryLock(ctx, "job")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,8 +340,8 @@ func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
 		fastest = min(fastest, time.Since(start))
 	}
 	// The majority answers in about a round trip each way; the per-node
-	// timeout (50 ms) is not waited for.
-	if fastest > 40*time.Millisecond {
+	// timeout (a second) is not waited for.
+	if fastest > 500*time.Millisecond {
 		t.Errorf("TryLock+Unlock took %v at best with a hung node", fastest)
 	}
 	l := mustLock(t, c, "job", dlock.WithTTL(600*time.Millisecond))

@@ -113,7 +113,7 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, master) }()
 	dir := t.TempDir()
 	log, pidFile, dlockPidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid"), filepath.Join(dir, "dpid")
-	const key = "review-stale-pids"
+	const key = "stale-pids"
 	atTerminal(t, slave, baseEnv("LOG="+log, "PIDF="+pidFile, "DPIDF="+dlockPidFile),
 		`"$@"; exec sleep 1000`,
 		dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "1s", key, "--",
@@ -161,6 +161,10 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	case <-vdone:
 		t.Errorf("dlock killed unrelated process %d (%v): a stale PID from an earlier SIGUSR1", bg, victim.ProcessState)
 	default:
+		// Dead, but not reaped yet by the goroutine that waits for it.
+		if processGone(bg) {
+			t.Errorf("dlock killed unrelated process %d: a stale PID from an earlier SIGUSR1", bg)
+		}
 	}
 }
 

@@ -3,7 +3,11 @@ package backend
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type fixed struct {
 	d   time.Duration

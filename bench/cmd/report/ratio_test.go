@@ -7,8 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/dlock-go/dlock/bench"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func loadReport(t *testing.T) *Report {
 	t.Helper()

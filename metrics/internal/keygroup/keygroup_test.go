@@ -4,7 +4,11 @@ import (
 	"strconv"
 	"testing"
 	"unicode/utf8"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestDefault(t *testing.T) {
 	for key, want := range map[string]string{

@@ -3,7 +3,11 @@ package labels
 import (
 	"errors"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The values are part of both metrics packages' documented output.
 func TestValues(t *testing.T) {
