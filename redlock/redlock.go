@@ -72,6 +72,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -105,8 +106,9 @@ type Config struct {
 	// dlock.ErrInvalidOption), and stays owned by the caller. Two clients of
 	// one address (or two ClusterClients of the same seed addresses) are
 	// refused, but two names of one server (localhost and 127.0.0.1, two
-	// DNS names) and two FailoverClients of one master are not detected,
-	// and that server's vote would count twice: list each server once.
+	// DNS names) and two FailoverClients (or FailoverClusterClients) of
+	// one master are not detected, and that server's vote would count
+	// twice: list each server once.
 	// Configure them with ContextTimeoutEnabled: a request to a node that
 	// hangs is not waited for after the per-node timeout, but go-redis only
 	// abandons it at the context's deadline with ContextTimeoutEnabled,
@@ -173,8 +175,15 @@ func (cfg *Config) validate() error {
 				id = c.Options().Addr
 			}
 		case *redis.ClusterClient:
-			addrs := slices.Sorted(slices.Values(c.Options().Addrs))
-			id = "cluster " + strings.Join(addrs, ",")
+			// Without seed addresses (a ClusterSlots function, as
+			// NewFailoverClusterClient's), only the client itself is known.
+			if len(c.Options().Addrs) > 0 {
+				addrs := slices.Sorted(slices.Values(c.Options().Addrs))
+				id = "cluster " + strings.Join(addrs, ",")
+			}
+		}
+		if !reflect.ValueOf(id).Comparable() {
+			continue // a type of the caller's that Go cannot compare
 		}
 		if j, dup := seen[id]; dup {
 			return fmt.Errorf("%w: nodes %d and %d are the same server", dlock.ErrInvalidOption, j, i)

@@ -710,6 +710,65 @@ func TestSameClusterTwiceIsRefused(t *testing.T) {
 	}
 }
 
+// Cluster clients with no seed addresses (a ClusterSlots function gives
+// their nodes, as NewFailoverClusterClient's does) are told apart by
+// nothing but themselves: two of different servers are two nodes.
+func TestClusterClientsWithoutAddrsAreDistinctNodes(t *testing.T) {
+	cl := startCluster(t, 3)
+	slotsOf := func(addr string) *redis.ClusterClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addr}}}}, nil
+			},
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		})
+	}
+	a := slotsOf(cl.srvs[0].Addr())
+	defer a.Close()
+	b := slotsOf(cl.srvs[1].Addr())
+	defer b.Close()
+	if _, err := redlock.New([]redis.UniversalClient{a, a, cl.nodes[2]}); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with one cluster client twice = %v, want ErrInvalidOption", err)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: []redis.UniversalClient{a, b, cl.nodes[2]}, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatalf("New with two cluster clients of different servers: %v", err)
+	}
+	defer c.Close()
+	l := mustLock(t, c, "slots")
+	if got := cl.holders(t, "slots", l.Token()); len(got) < 2 {
+		t.Errorf("held on nodes %v, want a majority of the 3", got)
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// taggedNode is a node client of the caller's own type, which Go cannot
+// compare (it holds a slice).
+type taggedNode struct {
+	*redis.Client
+	tags []string
+}
+
+// Nodes of a type that cannot be compared are accepted, not a panic.
+func TestUncomparableNodeTypes(t *testing.T) {
+	cl := startCluster(t, 3)
+	var nodes []redis.UniversalClient
+	for i, rdb := range cl.rdbs {
+		nodes = append(nodes, taggedNode{Client: rdb, tags: []string{strconv.Itoa(i)}})
+	}
+	c, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l := mustLock(t, c, "tagged")
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSemaphoresRefused(t *testing.T) {
 	cl := startCluster(t, 3)
 	c := cl.locker(t)
