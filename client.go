@@ -116,11 +116,14 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.mu.Unlock()
 		// A hung Redis is not waited for longer than releaseTimeout in
-		// all (go-redis may not give up on its reads), the pub/sub
-		// connection's shutdown included.
+		// all (go-redis may not give up on its reads), the backend's own
+		// shutdown included.
 		deadline := time.Now().Add(releaseTimeout)
+		// The locks left held end first: the backend may wait for its
+		// pub/sub connections, or (Redlock) for requests to a hung node.
+		lost = c.dog.close()
 		_ = c.be.Close()
-		lost = c.dog.close(deadline)
+		c.dog.wait(deadline)
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
 		// client is still open.

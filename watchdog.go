@@ -293,12 +293,11 @@ func (w *watchdog) deadline(h *hold) time.Time {
 }
 
 // close stops the loop and ends every held lock as lost: nothing renews
-// them any more. It waits for the renewals under way until deadline, and
-// returns the locks with their cause, for Close to report to the Observer
-// once it is done (Lost may call Close). The loop is not waited for: it
-// starts no renewal once the holds are gone (scan), and it may be the
-// caller, closing from an Observer callback.
-func (w *watchdog) close(deadline time.Time) map[*hold]error {
+// them any more. It returns the locks with their cause, for Close to
+// report to the Observer once it is done (Lost may call Close). The loop
+// is not waited for: it starts no renewal once the holds are gone (scan),
+// and it may be the caller, closing from an Observer callback.
+func (w *watchdog) close() map[*hold]error {
 	w.mu.Lock()
 	select {
 	case <-w.stop:
@@ -335,15 +334,18 @@ func (w *watchdog) close(deadline time.Time) map[*hold]error {
 	}
 	w.mu.Unlock()
 	w.cancel() // every hold is lost below: their renewals are moot
-	// Lost at once, before the wait below: nothing watches their deadlines
-	// any more, and a Context must not outlive its lease.
+	// Lost at once, before any wait: nothing watches their deadlines any
+	// more, and a Context must not outlive its lease.
 	w.endAll(lost)
-	// go-redis may not cut a read short at the cancellation (only with
-	// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited
-	// for past deadline. Once it ends it finds the holds gone and reports
-	// nothing.
-	waitBy(&w.inflight, deadline)
 	return lost
+}
+
+// wait waits, after close, for the renewals under way until deadline.
+// go-redis may not cut a read short at the cancellation (only with
+// ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited for
+// past deadline. Once it ends it finds the holds gone and reports nothing.
+func (w *watchdog) wait(deadline time.Time) {
+	waitBy(&w.inflight, deadline)
 }
 
 func (w *watchdog) lose(h *hold, cause error) {

@@ -953,3 +953,36 @@ func TestFenceRefusedIsNotNoQuorum(t *testing.T) {
 		t.Errorf("TryLock = %v: %d unreachable, want at most 1: a node that answered within the per-node timeout is reported as unreachable", err, re.Unreachable)
 	}
 }
+
+// Close ends the Contexts of the locks it leaves held at once, before it
+// waits for the requests still on their way to a hung node.
+func TestCloseEndsLocksBeforeWaitingForAHungNode(t *testing.T) {
+	cl := startCluster(t, 3)
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := mustLock(t, c, "held")
+	cl.srvs[2].Pause(t)
+	// Granted by nodes 0 and 1; its request to node 2 waits out the
+	// per-node timeout, and Close waits for it.
+	mustLock(t, c, "other")
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-held.Done():
+	case <-closed:
+		t.Fatal("Close returned before it ended the lock's Context")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the lock's Context ended %v after Close began, want at once (not after the hung node's timeout)", d.Round(time.Millisecond))
+	}
+	if !errors.Is(context.Cause(held.Context()), dlock.ErrClosed) {
+		t.Errorf("cause = %v, want ErrClosed", context.Cause(held.Context()))
+	}
+	<-closed
+}
