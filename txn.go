@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -85,6 +86,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 		checked, held := false, false
 		var stop error // fn's error, or the Lock's end: returned as it is
 		var got ack
+		waited := false // the WAIT followed an EXEC that ran
 		err := n.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			ok, err := tx.HExists(ctx, k.lock, l.Token()).Result()
 			if err != nil || !ok {
@@ -102,14 +104,16 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 				stop = fn(pipe)
 				return stop
 			})
-			if err == nil && n.ack != nil {
+			if n.ack != nil && execRan(err) {
 				// On the EXEC's own connection: WAIT covers only its
 				// writes. The lock's grant was acknowledged; a write that
 				// was not could be lost in a failover that keeps the lock.
+				// A command that failed when it ran, or read a nil, did
+				// not keep EXEC from applying the others.
 				pipe := tx.Pipeline()
 				read := n.ack.appendWait(ctx, pipe, n.ack.useAOF(ctx, tx))
 				_, _ = pipe.Exec(ctx)
-				got = read()
+				got, waited = read(), true
 			}
 			return err
 		}, k.lock)
@@ -126,6 +130,11 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			return l.lost("txn")
 		case errors.Is(err, redis.TxFailedErr) && attempt < maxTxnAttempts:
 			// The key moved: renewed, extended or lost. Look again.
+		case err != nil && waited:
+			if aerr := n.ack.check(got, leaseWritten("txn", l.h.lease)); aerr != nil {
+				err = fmt.Errorf("%w; %w", aerr, err)
+			}
+			return redisError("txn", l.Key(), err)
 		case err != nil:
 			return redisError("txn", l.Key(), err)
 		case n.ack != nil:
@@ -137,4 +146,17 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			return nil
 		}
 	}
+}
+
+// execRan reports whether a transaction whose TxPipelined returned err was
+// applied: it succeeded, or a queued command failed when it ran (or read a
+// nil) while EXEC applied the others. Not when WATCH aborted it
+// (TxFailedErr), Redis refused it whole (EXECABORT: a command refused when
+// queued), or no reply came.
+func execRan(err error) bool {
+	var re redis.Error
+	if err == nil || errors.Is(err, redis.Nil) {
+		return true
+	}
+	return errors.As(err, &re) && !errors.Is(err, redis.TxFailedErr) && !strings.HasPrefix(re.Error(), "EXECABORT")
 }

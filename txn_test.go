@@ -379,3 +379,48 @@ func TestTxnOfALockEndedHereAppliesNothing(t *testing.T) {
 		t.Fatal("the lock was not in Redis any more: the test shows nothing")
 	}
 }
+
+// A transaction that ran is waited for like any other, even when one of
+// its commands failed when it ran (WRONGTYPE) or read a nil (a GET of a
+// key not set yet): EXEC applied the others all the same, and with the
+// replica not acknowledging them Txn must say so (ErrNotReplicated) next
+// to the command's own error, and report them.
+func TestTxnReplicaAckAfterACommandError(t *testing.T) {
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb := master.Client(t)
+	var reports reportLog
+	c := newClientOn(t, rdb, WithReplicaAck(1, 200*time.Millisecond, FailClosed), WithReplicaReport(reports.add))
+	l := takeAcked(t, "Lock", func() (*Lock, error) { return c.Lock(ctx, "acked-cmd-error", WithTTL(time.Minute)) })
+	if err := rdb.Set(ctx, l.SlotKey("string"), "s", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica.Pause(t)
+	defer replica.Resume(t)
+	for _, tc := range []struct {
+		name string
+		fail func(pipe redis.Pipeliner)
+		want error
+	}{
+		{"nil reply", func(pipe redis.Pipeliner) { pipe.Get(ctx, l.SlotKey("missing")) }, redis.Nil},
+		{"wrong type", func(pipe redis.Pipeliner) { pipe.LPush(ctx, l.SlotKey("string"), "x") }, ErrWrongType},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := l.SlotKey(tc.name)
+			err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+				tc.fail(pipe)
+				pipe.Set(ctx, data, "1", 0)
+				return nil
+			})
+			if rdb.Get(ctx, data).Val() != "1" {
+				t.Fatal("the transaction was not applied: the test shows nothing")
+			}
+			if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, tc.want) {
+				t.Fatalf("Txn applied with the replica paused = %v, want ErrNotReplicated and %v", err, tc.want)
+			}
+		})
+	}
+	if ops := reports.ops(l.Token()); len(ops) != 2 || ops[0] != "txn" || ops[1] != "txn" {
+		t.Fatalf("reports %v, want two of op txn", ops)
+	}
+}
