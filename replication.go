@@ -107,9 +107,9 @@ type ReplicaReport struct {
 // after timeout (and up to 100 ms more: Redis checks WAIT timeouts ten
 // times a second), so keep leases above 3 x (timeout + 100 ms), or with
 // AcceptAndReport too a lock runs out before its renewal answers, and is
-// lost. timeout must be shorter than the Redis client's ReadTimeout (at
-// most 3/4 of it; go-redis's default is 5 s), since the reply of WAIT is
-// read with that deadline.
+// lost. timeout + 100 ms must be at most 3/4 of the Redis client's
+// ReadTimeout (go-redis's default is 5 s), since the reply of WAIT is read
+// with that deadline.
 // Releases are waited for and reported too, but never fail: a release the
 // replicas missed can only keep the lock unavailable until its lease ends.
 // The default is off: no waiting.
@@ -147,6 +147,10 @@ type replicaConfig struct {
 // ReadTimeout usually bounds it further.
 const maxReplicaAckTimeout = time.Minute
 
+// waitLate is how late Redis may answer a WAIT whose timeout passed: it
+// checks those timeouts ten times a second.
+const waitLate = 100 * time.Millisecond
+
 func (r replicaConfig) validate(rdb redis.UniversalClient) error {
 	if !r.on {
 		if r.report != nil {
@@ -163,9 +167,9 @@ func (r replicaConfig) validate(rdb redis.UniversalClient) error {
 	if r.policy != FailClosed && r.policy != AcceptAndReport {
 		return fmt.Errorf("%w: unknown replica policy %d", ErrInvalidOption, int(r.policy))
 	}
-	if rt := readTimeout(rdb); rt > 0 && r.timeout > rt*3/4 {
-		return fmt.Errorf("%w: replica ack timeout %v too close to the Redis client's ReadTimeout %v (at most 3/4 of it)",
-			ErrInvalidOption, r.timeout, rt)
+	if rt := readTimeout(rdb); rt > 0 && r.timeout+waitLate > rt*3/4 {
+		return fmt.Errorf("%w: replica ack timeout %v too close to the Redis client's ReadTimeout %v (timeout + %v at most 3/4 of it)",
+			ErrInvalidOption, r.timeout, rt, waitLate)
 	}
 	return nil
 }

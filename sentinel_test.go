@@ -296,19 +296,21 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
-	// The timeout may be up to 3/4 of the client's ReadTimeout, so that
-	// WAIT's reply (up to 100 ms after the timeout) is read before the
-	// deadline: at the bound, a write the replica missed fails with WAIT's
-	// own answer (0 replicas), not a read timeout; past it, New refuses.
+	// The timeout + 100 ms may be up to 3/4 of the client's ReadTimeout,
+	// so that WAIT's reply (up to 100 ms after the timeout) is read before
+	// the deadline: at the bound, a write the replica missed fails with
+	// WAIT's own answer (0 replicas), not a read timeout; past it, New
+	// refuses.
 	t.Run("TimeoutBoundByReadTimeout", func(t *testing.T) {
 		const readTimeout = 2 * time.Second
+		const bound = readTimeout*3/4 - waitLate
 		bounded := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: readTimeout})
 		t.Cleanup(func() { _ = bounded.Close() })
-		if _, err := New(bounded, WithReplicaAck(1, readTimeout*3/4+time.Millisecond, FailClosed)); !errors.Is(err, ErrInvalidOption) {
-			t.Fatalf("New with a timeout past 3/4 of ReadTimeout = %v, want ErrInvalidOption", err)
+		if _, err := New(bounded, WithReplicaAck(1, bound+time.Millisecond, FailClosed)); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("New with a timeout + 100 ms past 3/4 of ReadTimeout = %v, want ErrInvalidOption", err)
 		}
 		var reports reportLog
-		c := newClientOn(t, bounded, WithReplicaAck(1, readTimeout*3/4, FailClosed), WithReplicaReport(reports.add))
+		c := newClientOn(t, bounded, WithReplicaAck(1, bound, FailClosed), WithReplicaReport(reports.add))
 		replica.Pause(t)
 		defer replica.Resume(t)
 		if _, err := c.TryLock(ctx, "bound"); !errors.Is(err, ErrNotReplicated) {
@@ -787,8 +789,8 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
 	// 3 x (timeout + 100 ms) is well under the default 30 s lease, and
-	// timeout under 3/4 of the 5 s ReadTimeout; a queued waiter's checks
-	// (timeout, then a third of the 3 s queue TTL) keep its place.
+	// timeout + 100 ms under 3/4 of the 5 s ReadTimeout; a queued waiter's
+	// checks (timeout, then a third of the 3 s queue TTL) keep its place.
 	const timeout = 1700 * time.Millisecond
 	holder := newClientOn(t, rdb, WithReplicaAck(1, timeout, AcceptAndReport))
 	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
@@ -853,7 +855,8 @@ func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
 	ctx := context.Background()
 	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
-	// Under 3/4 of the 5 s ReadTimeout; more than 2/3 of the 3 s queue TTL.
+	// With 100 ms, under 3/4 of the 5 s ReadTimeout; more than 2/3 of the
+	// 3 s queue TTL.
 	const timeout = 2500 * time.Millisecond
 	holder := newClientOn(t, rdb)
 	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})

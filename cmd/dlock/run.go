@@ -102,8 +102,8 @@ renewal counts as failed, so COMMAND is stopped (status 79) if the lease the
 replicas have runs out. A failover then promotes a replica that has the
 lock, unless it picks one that did not acknowledge: the window narrows, it
 does not close. --ttl must be at least 3 x (--replica-timeout + 100ms), and
---replica-timeout at most 3/4 of the connection's read timeout (5s, or the
-URL's read_timeout).
+--replica-timeout + 100ms at most 3/4 of the connection's read timeout (5s,
+or the URL's read_timeout).
 
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
