@@ -54,7 +54,9 @@ func WithPrefix(prefix string) Option {
 
 // WithLogger sends the Client's log records (lost locks and failed renewals
 // are warnings) to l; a record naming a key has its kind too ("lock",
-// "semaphore" or "rwmutex"). By default the Client logs nothing.
+// "semaphore" or "rwmutex"). By default the Client logs nothing. Its
+// handler must be quick, as an Observer must: the watchdog logs a loss
+// before it looks at the other leases' deadlines again.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *clientConfig) { c.logger = l }
 }
