@@ -155,13 +155,14 @@ func kindOf(p *backend.Permits) string {
 
 // capacityMismatch returns what lua/semaphore.lua said, if err is its
 // refusal of a capacity other than the live holders': its message without
-// the script's place, which Redis appends.
+// the script's place, which Redis adds (before it before 7.0, after it
+// since).
 func capacityMismatch(err error) (msg string, ok bool) {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return "", false
 	}
-	msg, ok = strings.CutPrefix(re.Error(), "ERR dlock capacity mismatch: ")
+	_, msg, ok = strings.Cut(re.Error(), "dlock capacity mismatch: ")
 	msg, _, _ = strings.Cut(msg, " script: ")
 	return msg, ok
 }

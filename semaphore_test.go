@@ -657,6 +657,36 @@ func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
 	}
 }
 
+// A semaphore's refusals read the same whatever the server's version: a
+// script raises them as strings, which Redis before 7.0 replies after its
+// own prefix (a raised table it cannot reply at all).
+func TestSemaphoreRefusalsReadBefore7(t *testing.T) {
+	got, ok := capacityMismatch(redis6Error("ERR Error running script (call to f_0123): @user_script:52: " +
+		"dlock capacity mismatch: the semaphore is held with capacity 1, not 2"))
+	if want := "the semaphore is held with capacity 1, not 2"; !ok || got != want {
+		t.Errorf("capacityMismatch of Redis 6's reply = %q, %v; want %q", got, ok, want)
+	}
+	if e := redisError("semaphore", "pool", redis6Error("ERR Error running script (call to f_0123): @user_script:30: "+
+		"WRONGTYPE the semaphore key holds a hash that is not a semaphore")); !errors.Is(e, ErrWrongType) {
+		t.Errorf("Redis 6's reply of a foreign hash = %v, want ErrWrongType", e)
+	}
+	// The scripts raise strings, not tables (Redis 6's error handler
+	// cannot join a table to the script's place).
+	files, err := luaFiles.ReadDir("lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		src, err := luaFiles.ReadFile("lua/" + f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(src), "error({") {
+			t.Errorf("%s raises a table as an error", f.Name())
+		}
+	}
+}
+
 // The holders' key expires on its own (permits whose holders died leave
 // nothing behind), never before a live holder's lease: each holder's lease
 // is its own, so a shorter one, or one an Extend shortened, does not cut

@@ -22,9 +22,11 @@ local function holder(entry)
 end
 
 -- not_semaphore fails the script: KEYS[1] holds a hash that is not a
--- semaphore's, which must not be written into.
+-- semaphore's, which must not be written into. Errors are raised as
+-- strings: Redis before 7.0 cannot raise a table (redis.error_reply's), and
+-- either way the reply holds the message after a prefix of Redis's own.
 local function not_semaphore()
-  error({err = 'WRONGTYPE the semaphore key holds a hash that is not a semaphore'})
+  error('WRONGTYPE the semaphore key holds a hash that is not a semaphore', 0)
 end
 
 -- each_holder calls fn(token, h) for every holder entry h of KEYS[1],
@@ -49,7 +51,7 @@ end
 -- reads this error).
 local function same_capacity(held, capacity)
   if held ~= capacity then
-    error({err = string.format('ERR dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', held, capacity)})
+    error(string.format('dlock capacity mismatch: the semaphore is held with capacity %.0f, not %.0f', held, capacity), 0)
   end
 end
 
