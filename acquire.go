@@ -52,7 +52,16 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 		if c.isClosed() {
 			return nil, ErrClosed
 		}
+		// Reported even if the re-entry panics (the Observer's Lost of a
+		// loss it found, a go-redis hook), as a Lock call's end is.
+		ended := false
+		defer func() {
+			if !ended {
+				c.reentered(ctx, h, nil, fmt.Errorf("dlock: lock %q: re-enter: %w", key, errAcquirePanicked))
+			}
+		}()
 		l, err := c.reenter(ctx, h)
+		ended = true
 		c.reentered(ctx, h, l, err)
 		return l, err
 	}
@@ -163,6 +172,15 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 		if !handed {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 			defer cancel()
+			defer func() {
+				// Unlock panicked before its release (the Observer's
+				// ReleaseStart), leaving the hold as it was: release it
+				// all the same, or the watchdog keeps it until Close.
+				if c.dog.remove(h) {
+					_, _ = c.release(uctx, h, 1)
+					h.cancel(ErrReleased)
+				}
+			}()
 			_ = l.Unlock(uctx)
 		}
 	}()

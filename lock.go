@@ -239,8 +239,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	panicked := true
 	defer func() {
 		if panicked {
-			err := l.settleUnlock(0, errReleasePanicked, wasLive, wasReleased)
-			l.c.releaseEnd(ctx, rctx, l.h, l.level, err)
+			err, lost := l.settleUnlock(0, errReleasePanicked, wasLive, wasReleased)
+			l.endUnlock(ctx, rctx, err, lost)
 		}
 	}()
 	var left int64
@@ -252,9 +252,19 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		left, err = l.h.changeLevel(rctx, func(int) (int64, error) { return l.c.release(rctx, l.h, l.level) })
 	}
 	panicked = false
-	err = l.settleUnlock(left, err, wasLive, wasReleased)
-	l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
+	err, lost := l.settleUnlock(left, err, wasLive, wasReleased)
+	l.endUnlock(ctx, rctx, err, lost)
 	return err
+}
+
+// endUnlock reports the loss an Unlock found (lost, if not nil), then the
+// Unlock's end (err is what it returns): ReleaseEnd even if the
+// Observer's Lost panics, or the release would never end for it.
+func (l *Lock) endUnlock(ctx, rctx context.Context, err, lost error) {
+	defer l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
+	if lost != nil {
+		l.c.observeLost(l.h, lost)
+	}
 }
 
 // errReleasePanicked is the error ReleaseEnd reports for an Unlock whose
@@ -262,9 +272,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 var errReleasePanicked = errors.New("release panicked")
 
 // settleUnlock settles an Unlock from the release's answer (left, err): it
-// returns what Unlock returns. wasLive and wasReleased describe the hold
-// before the release was sent.
-func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) error {
+// returns what Unlock returns, and the cause of the loss it declared, if
+// any, for Unlock to report (endUnlock). wasLive and wasReleased describe
+// the hold before the release was sent.
+func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_, lost error) {
 	if err != nil {
 		if !errors.As(err, new(notSentError)) {
 			l.unsure = true // the release may have run
@@ -274,9 +285,10 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 			// else's already; if not, a caller that does not try again
 			// (a deferred Unlock) must not leave it renewed until Close.
 			// Renewed no more, it is freed when its lease runs out.
-			l.c.dog.lose(l.h, fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err))
+			lost = fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err)
+			l.c.dog.end(l.h, lost)
 		}
-		return redisError("unlock", l.Key(), err)
+		return redisError("unlock", l.Key(), err), lost
 	}
 	l.released = true
 	if left < 0 && !(l.unsure && l.level == 1 && (wasReleased || wasLive && time.Now().Before(l.c.dog.deadline(l.h)))) {
@@ -289,7 +301,7 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 			// renewal can meet it, watchdog.renew): released, not lost.
 			l.h.cancel(ErrReleased)
 			l.cancel(ErrReleased)
-			return err
+			return err, nil
 		}
 		if !wasReleased {
 			// Lost: declared so before (a renewal found it gone, its lease
@@ -299,24 +311,27 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) er
 		}
 		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)
 		if l.c.dog.remove(l.h) { // not declared lost yet: report it
-			l.c.dog.lose(l.h, cause)
+			lost = cause
 		} else if wasLive && l.level == 1 && errors.Is(context.Cause(l.h.ctx), ErrReleased) {
 			// A renewal (or TTL, Extend, an inner Unlock) met the key gone
 			// while this release was on its way, and took that for this
 			// release: the hold ended as released, unreported. This
 			// release found it gone too: it was lost, as Unlock says.
-			l.c.dog.lose(l.h, cause)
+			lost = cause
+		}
+		if lost != nil {
+			l.c.dog.end(l.h, cause)
 		}
 		l.h.cancel(cause)
 		l.cancel(ErrReleased)
-		return err
+		return err, lost
 	}
 	if left <= 0 {
 		l.c.dog.remove(l.h)
 		l.h.cancel(ErrReleased)
 	}
 	l.cancel(ErrReleased)
-	return nil
+	return nil, nil
 }
 
 // live returns the loss error if the lock's hold is over, or ErrReleased

@@ -846,3 +846,85 @@ func TestObserverTellsPermitsFromLocks(t *testing.T) {
 		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Observers(a, b): an Unlock that finds the lock lost reports the loss,
+// and a panic in a's Lost then must not rob b of the Unlock's ReleaseEnd,
+// as a panic in a's ReleaseEnd does not: b's release span would never end.
+func TestObserversPanicInLostAtUnlockStillEndsTheRelease(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)))
+	ctx := context.Background()
+	l := mustLock(t, c, "vanish")
+	rdb.Del(ctx, c.keys("vanish").lock) // an operator removed it
+	mustPanic(t, "Lost", func() { _ = l.Unlock(ctx) })
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+		t.Errorf("the last observer heard %d losses, want 1", n)
+	}
+	rec.checkEnded(t, "the last observer")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.releases) == 1 {
+		if e := rec.releases[0]; e.Outcome != ReleaseNotHeld || !errors.Is(e.Err, ErrNotHeld) {
+			t.Errorf("ReleaseEnd = %+v, want not_held with ErrNotHeld", e)
+		}
+	}
+}
+
+// panicOnGrantAndRelease panics in AcquireEnd for a lock granted, and in
+// ReleaseStart, once armed.
+type panicOnGrantAndRelease struct {
+	NopObserver
+	armed atomic.Bool
+}
+
+func (o *panicOnGrantAndRelease) AcquireEnd(_ context.Context, e AcquireEndEvent) {
+	if e.Outcome == AcquireOK && o.armed.Load() {
+		panic("observer bug")
+	}
+}
+
+func (o *panicOnGrantAndRelease) ReleaseStart(ctx context.Context, _ ReleaseStartEvent) context.Context {
+	if o.armed.Load() {
+		panic("observer bug")
+	}
+	return ctx
+}
+
+// A panic in AcquireEnd releases the lock it reports (Observer's godoc),
+// even if the Observer's ReleaseStart panics too: nobody has the Lock to
+// unlock, and the watchdog would keep it held, for every process, until
+// the Client is closed.
+func TestObserverPanicAtGrantAndReleaseStartDoesNotKeepTheLock(t *testing.T) {
+	o := &panicOnGrantAndRelease{}
+	c, rdb, _ := newTestClient(t, WithObserver(o))
+	other := newClientOn(t, rdb)
+	o.armed.Store(true)
+	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(context.Background(), "k", WithTTL(300*time.Millisecond)) })
+	// Past a renewal or two of the lease, had the lock been kept.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := other.Lock(ctx, "k")
+	if err != nil {
+		t.Fatalf("Lock by another process after AcquireEnd panicked = %v: the lock granted then is still held", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// Observers(a, b): a re-entry that finds the lock gone reports the loss;
+// a panic in a's Lost then must not rob b of the Reenter event.
+func TestObserversPanicInLostAtReenterStillTellsTheOthers(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)))
+	ctx := context.Background()
+	l := mustLock(t, c, "vanish")
+	rdb.Del(ctx, c.keys("vanish").lock) // an operator removed it
+	mustPanic(t, "Lost", func() { _, _ = c.Lock(l.Context(), "vanish") })
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 1 {
+		t.Errorf("the last observer heard %d losses, want 1", n)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.reenters) != 1 || rec.reenters[0].Err == nil {
+		t.Errorf("the last observer heard re-entries %+v, want one that failed", rec.reenters)
+	}
+}
