@@ -16,7 +16,8 @@ import (
 // them at a time talks to Redis for it: the one holding the lock, or about
 // to take it. The others wait on an in-process lock and cost Redis nothing
 // (no queue entry, no refresh every third of the queue TTL, no wake-up
-// message); each acquisition is then one acquire and one release.
+// message); each acquisition is then one acquire and one release (and,
+// with WithAdaptiveTTL, one read of the hold statistics).
 //
 // Between processes the order stays Redis's FIFO, with one place per
 // process and key: a process with many goroutines waiting for a key no
@@ -29,8 +30,9 @@ import (
 // stuck in its critical section thus keeps the Client's other goroutines
 // out no longer than other processes. A Lock or TryLock whose context
 // comes from the held lock's Context re-enters it without queueing.
-// TryLock fails at once, without asking Redis, while
-// another goroutine of the Client holds or takes the key. A Lock with
+// TryLock fails at once, without asking Redis (but for WithAdaptiveTTL's
+// read of the hold statistics, made first), while another goroutine of
+// the Client holds or takes the key. A Lock with
 // WithRetry counts its waiting in the process against its strategy: each
 // delay the strategy gives is one check, whether it waits here or in Redis.
 // Handed the in-process lock during a delay, it checks Redis at once, for
