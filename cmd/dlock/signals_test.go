@@ -312,22 +312,8 @@ func TestRunSignalAfterGrantBeforeCommandStarts(t *testing.T) {
 	t.Parallel()
 	c := lockClient(t, shared.Addr())
 	key := testKey(t)
-	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	r, w := os.NewFile(uintptr(fds[0]), "stderr-r"), os.NewFile(uintptr(fds[1]), "stderr-w")
+	r, w := fullPipe(t)
 	defer r.Close()
-	for {
-		if _, err := syscall.Write(fds[1], make([]byte, 4096)); err == syscall.EAGAIN {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := syscall.SetNonblock(fds[1], false); err != nil {
-		t.Fatal(err)
-	}
 	p := &proc{cmd: exec.Command(dlockBin, "--verbose", "--redis", sharedURL(), "run", key, "--", "sh", "-c", "echo ran"), done: make(chan struct{})}
 	p.cmd.Env = baseEnv()
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, w
@@ -481,22 +467,8 @@ func TestRunLostLockWithBlockedStderr(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	r, w := os.NewFile(uintptr(fds[0]), "stderr-r"), os.NewFile(uintptr(fds[1]), "stderr-w")
+	r, w := fullPipe(t)
 	defer r.Close()
-	for {
-		if _, err := syscall.Write(fds[1], make([]byte, 4096)); err == syscall.EAGAIN {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := syscall.SetNonblock(fds[1], false); err != nil {
-		t.Fatal(err)
-	}
 	p := &proc{cmd: exec.Command(dlockBin, "--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "200ms", key, "--",
 		"sh", "-c", `trap '' TERM; echo $$ > "$PIDF"; exec sleep 1000`), done: make(chan struct{})}
 	p.cmd.Env = baseEnv("PIDF=" + pidFile)
@@ -534,4 +506,27 @@ func TestRunLostLockWithBlockedStderr(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errText)
 		}
 	}
+}
+
+// fullPipe returns a pipe whose buffer is full: a write to w blocks until
+// r is read. w is for a child's stderr, which then blocks on its first
+// write.
+func fullPipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w = os.NewFile(uintptr(fds[0]), "stderr-r"), os.NewFile(uintptr(fds[1]), "stderr-w")
+	for {
+		if _, err := syscall.Write(fds[1], make([]byte, 4096)); err == syscall.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.SetNonblock(fds[1], false); err != nil {
+		t.Fatal(err)
+	}
+	return r, w
 }

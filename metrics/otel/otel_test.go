@@ -265,16 +265,24 @@ func TestKeyGroups(t *testing.T) {
 	}
 }
 
-func TestWithoutKeyInSpans(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
+// spanObserver returns an Observer whose spans go to an in-memory
+// exporter (read with its GetSpans), through tp.
+func spanObserver(t *testing.T, opts ...dlockotel.Option) (obs *dlockotel.Observer, spans *tracetest.InMemoryExporter, tp *sdktrace.TracerProvider) {
+	t.Helper()
+	spans = tracetest.NewInMemoryExporter()
+	tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp), dlockotel.WithoutKeyInSpans())
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := dlockotel.New(append([]dlockotel.Option{dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return obs, spans, tp
+}
+
+func TestWithoutKeyInSpans(t *testing.T) {
+	obs, spans, _ := spanObserver(t, dlockotel.WithoutKeyInSpans())
 	locks := traffic.Start(t, obs).Locks
 	if err := locks.Do(context.Background(), "secret:1", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -297,15 +305,7 @@ func TestWithoutKeyInSpans(t *testing.T) {
 // whole batch it is exported in. The key in spans is made valid, as its
 // group is in the metrics.
 func TestKeyInSpansIsValidUTF8(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs, spans, _ := spanObserver(t)
 	locks := traffic.Start(t, obs).Locks
 	if err := locks.Do(context.Background(), "order:\xff\xfe", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -403,15 +403,7 @@ func (a appTracer) ReleaseEnd(ctx context.Context, _ dlock.ReleaseEndEvent) {
 // dlockotel Observer with another TracerProvider), dlockotel must end the
 // spans it started, not whichever span is current in the context.
 func TestSpansEndedWhenCombinedWithAnotherTracer(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs, spans, tp := spanObserver(t)
 	locks := traffic.Start(t, dlock.Observers(obs, appTracer{tracer: tp.Tracer("app")})).Locks
 	if err := locks.Do(context.Background(), "order:1", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
