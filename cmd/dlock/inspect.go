@@ -29,7 +29,8 @@ With --capacity M, KEY names a semaphore (as for run --capacity), and with
 --rwmutex a readers-writer lock: inspect shows each holder's owner token,
 who it is, its permits (read or write for an RWMutex), lease left and
 fence, and the capacity (the holders' own, whatever M), the permits in use
-and the waiters queued.`,
+and the waiters queued. Without either flag, KEY names a lock: a semaphore
+or RWMutex of that name is shown as a free lock.`,
 		Example: `  dlock inspect nightly-report
   dlock inspect --json nightly-report | jq .held
   dlock inspect --capacity 3 encoders`,
