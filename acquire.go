@@ -41,7 +41,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 	}
 	if p != nil {
 		if err := checkPermits(p, &cfg); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dlock: %s %q: %w", p.Kind, key, err)
 		}
 	}
 	// A hold that has ended while ctx lives was not found through ctx's

@@ -721,8 +721,8 @@ func TestMaxHoldStopsRenewal(t *testing.T) {
 	l := mustLock(t, c, "bounded", WithTTL(lease), WithMaxHold(maxHold))
 	<-l.Done()
 	held := time.Since(start)
-	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
-		t.Errorf("cause = %v", context.Cause(l.Context()))
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "max hold") {
+		t.Errorf("cause = %v, want a loss that names the max hold", cause)
 	}
 	if held < maxHold || held > maxHold+lease+lease/2 {
 		t.Errorf("held %v, want max hold (%v) plus at most one lease (%v)", held, maxHold, lease)

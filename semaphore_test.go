@@ -331,7 +331,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		{"negative capacity", func() (*Lock, error) { return c.Semaphore("s", -1).TryAcquire(ctx, 1) }, ErrInvalidOption},
 		{"capacity too large", func() (*Lock, error) { return c.Semaphore("s", MaxPermits+1).Acquire(ctx, 1) }, ErrInvalidOption},
 		{"0 permits", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 0) }, ErrInvalidOption},
-		{"more permits than capacity", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 3) }, ErrInvalidOption},
+		{"more permits than capacity", func() (*Lock, error) { return c.Semaphore("pool", 2).Acquire(ctx, 3) }, ErrInvalidOption},
 		{"empty name", func() (*Lock, error) { return c.Semaphore("", 2).Acquire(ctx, 1) }, ErrInvalidKey},
 		{"empty rwmutex name", func() (*Lock, error) { return c.RWMutex("").RLock(ctx) }, ErrInvalidKey},
 		{"bad ttl", func() (*Lock, error) { return c.Semaphore("s", 2).Acquire(ctx, 1, WithTTL(0)) }, ErrInvalidTTL},
@@ -344,6 +344,9 @@ func TestSemaphoreBadInput(t *testing.T) {
 		if !errors.Is(err, tc.want) || l != nil {
 			t.Errorf("%s: %v, %v; want %v", tc.name, l, err, tc.want)
 		}
+	}
+	if _, err := c.Semaphore("pool", 2).Acquire(ctx, 3); !strings.Contains(fmt.Sprint(err), `"pool"`) {
+		t.Errorf("3 permits of a semaphore of 2: %v, want the error to name the semaphore", err)
 	}
 	if n := rdb.DBSize(ctx).Val(); n != 0 {
 		t.Fatalf("bad input wrote %d keys", n)

@@ -473,8 +473,11 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 				lost = make(map[*hold]error)
 			}
 			why := "the lease ran out before it could be renewed"
-			if h.x != nil && h.x.degraded {
+			switch {
+			case h.x != nil && h.x.degraded:
 				why = "held for its max hold" // no lease: WithMaxHold's deadline
+			case !h.renewUntil.IsZero() && !now.Before(h.renewUntil):
+				why = "held for its max hold: renewed no more, its lease ran out"
 			}
 			lost[h] = fmt.Errorf("%w: %s", ErrLockLost, why)
 			delete(w.holds, h)
