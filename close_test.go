@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -633,6 +634,18 @@ func TestCloseDuringHungUnlockEndsAtDeadline(t *testing.T) {
 	}
 	if cause := context.Cause(l.Context()); l.Context().Err() != nil && !errors.Is(cause, ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", cause)
+	}
+	// The timer cancels the Context before it tells the Observer: the
+	// Unlock is let go once the loss is reported (or after 5s, for the
+	// check below to fail), so that the order of the events is the one
+	// asserted, not a race between the timer and the Unlock.
+	reported := func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return slices.Contains(o.events, "lost k")
+	}
+	for end := time.Now().Add(5 * time.Second); !reported() && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
 	}
 	held.release()
 	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")

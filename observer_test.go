@@ -814,6 +814,10 @@ func TestObserverTellsPermitsFromLocks(t *testing.T) {
 	})
 	rdb.HDel(ctx, semKeys(c.Semaphore("x", 2)).lock, perm.Token())
 	<-perm.Done()
+	// Its Context ends before the watchdog tells the Observer.
+	waitUntil(t, 5*time.Second, "the permits' loss", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
 	_ = lock.Unlock(ctx)
 	_ = w.Unlock(ctx)
 

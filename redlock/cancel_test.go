@@ -74,7 +74,13 @@ func slowThirdNode(t *testing.T, release bool) (*cluster, *gateAcquire, *dlock.C
 func TestCancelledLockLeavesNoHold(t *testing.T) {
 	cl, h, c := slowThirdNode(t, false)
 	ctx := context.Background()
+	// Node 1 holds back its acquire too, never let go (the failed attempt
+	// gives it up): nodes 0 and 1 alone would grant a majority before the
+	// caller cancels if the cancel comes late, as on a loaded machine.
+	h1 := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+	cl.rdbs[1].AddHook(h1)
 
+	h1.armed.Store(true)
 	h.armed.Store(true)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -87,6 +93,7 @@ func TestCancelledLockLeavesNoHold(t *testing.T) {
 		errc <- err
 	}()
 	<-h.held
+	<-h1.held
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock = %v, want context.Canceled", err)
