@@ -175,7 +175,7 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 	close(said)
 	defer func() {
 		if lost != nil {
-			ch.kill()
+			ch.kill() // whatever is left of its process group works without the lock
 		}
 		<-said
 	}()

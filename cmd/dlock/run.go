@@ -274,7 +274,7 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	lost := a.supervise(ch, l, sigs, f.grace, f.maxHold)
 	status := ch.status()
 	if lost != nil {
-		ch.kill() // whatever is left of its process group works without the lock
+		// supervise killed whatever was left of its process group.
 		if errors.Is(lost, errMaxHold) {
 			a.unlock(l) // still ours: renewed through --grace (see acquire)
 			return exitf(exitLockLost, "lock %q: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", key, f.maxHold, status)
