@@ -181,7 +181,7 @@ func (m *localLocks) giveUp(w *localWaiter, h *localHold, checks int) (*localHol
 	if m.leave(w, h) {
 		return h, noRetry{}, nil
 	}
-	return nil, nil, fmt.Errorf("dlock: lock %q: %w: gave up after %d checks", h.key, ErrNotObtained, checks)
+	return nil, nil, fmt.Errorf("dlock: lock %q: %w: %s", h.key, ErrNotObtained, backend.GaveUp(checks))
 }
 
 // unlock hands the lock to the first waiter, or frees it.

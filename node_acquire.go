@@ -185,7 +185,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 
 		if delay, ok = retry.Delay(start, delay); !ok {
 			a.abandon(ctx)
-			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w: gave up after %d checks", kindOf(a.r.Permits), a.r.Key, ErrNotObtained, retry.Attempts())
+			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w: %s", kindOf(a.r.Permits), a.r.Key, ErrNotObtained, backend.GaveUp(retry.Attempts()))
 		}
 		if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 			// The holder's lease runs out by then at the latest (0: within

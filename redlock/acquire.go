@@ -118,7 +118,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		}
 		var ok bool
 		if delay, ok = retry.Delay(start, delay); !ok {
-			res.err.detail += fmt.Sprintf("; gave up after %d attempts", retry.Attempts())
+			res.err.detail += "; " + backend.GaveUp(retry.Attempts())
 			return backend.Grant{}, res.err
 		}
 		if w == nil {

@@ -246,6 +246,9 @@ func nodeAddr(rdb redis.UniversalClient) string {
 	case *redis.Client:
 		return c.Options().Addr
 	case *redis.ClusterClient:
+		if len(c.Options().Addrs) == 0 {
+			return "cluster by ClusterSlots" // its nodes are known only once it asks
+		}
 		return strings.Join(c.Options().Addrs, ",")
 	}
 	return fmt.Sprintf("%T", rdb)

@@ -742,6 +742,18 @@ func TestClusterClientsWithoutAddrsAreDistinctNodes(t *testing.T) {
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+
+	// A failed node of this kind is still named in the error.
+	cl.srvs[0].Kill(t)
+	cl.srvs[1].Kill(t)
+	_, err = c.TryLock(context.Background(), "slots")
+	var re *redlock.Error
+	if !errors.As(err, &re) || re.Nodes[0] == nil {
+		t.Fatalf("TryLock with nodes 0 and 1 down = %v, want an *Error naming node 0", err)
+	}
+	if ne := re.Nodes[0].(*redlock.NodeError); ne.Addr == "" {
+		t.Errorf("node 0's error has no address: %v", ne)
+	}
 }
 
 // taggedNode is a node client of the caller's own type, which Go cannot

@@ -1,6 +1,9 @@
 package backend
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // RetrySchedule spends a Retry's attempts only on the checks it asked for.
 // A waiter also checks when woken earlier (a hand-over or release message,
@@ -60,3 +63,11 @@ const MinBackoff = time.Millisecond
 
 // Attempts returns how many checks the Retry counted.
 func (s *RetrySchedule) Attempts() int { return s.attempt }
+
+// GaveUp says how many checks a wait made before its Retry gave up.
+func GaveUp(checks int) string {
+	if checks == 1 {
+		return "gave up after 1 check"
+	}
+	return fmt.Sprintf("gave up after %d checks", checks)
+}

@@ -53,3 +53,11 @@ func TestRetryScheduleWaitsAtLeastMinBackoff(t *testing.T) {
 		t.Fatalf("a zero backoff: next check due %v after, %v; want %v", due.Sub(t0), ok, MinBackoff)
 	}
 }
+
+func TestGaveUpCountsChecks(t *testing.T) {
+	for checks, want := range map[int]string{1: "gave up after 1 check", 3: "gave up after 3 checks"} {
+		if got := GaveUp(checks); got != want {
+			t.Errorf("GaveUp(%d) = %q, want %q", checks, got, want)
+		}
+	}
+}
