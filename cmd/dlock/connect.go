@@ -177,13 +177,22 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 	if o.PoolSize == 0 {
 		o.PoolSize = f.poolSize
 	}
+	// The URL's host (localhost if it has none) is the name ParseURL
+	// checks the server's certificate against. With --cluster or
+	// --sentinel it names no node: each node's certificate is checked
+	// against the address it is reached at.
+	nodesTLS := o.TLSConfig
+	if nodesTLS != nil {
+		nodesTLS = nodesTLS.Clone()
+		nodesTLS.ServerName = ""
+	}
 	switch {
 	case len(f.cluster) > 0:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:        f.cluster,
 			Username:     o.Username,
 			Password:     o.Password,
-			TLSConfig:    o.TLSConfig,
+			TLSConfig:    nodesTLS,
 			DialTimeout:  o.DialTimeout,
 			ReadTimeout:  o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout,
@@ -198,7 +207,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 			Username:         o.Username,
 			Password:         o.Password,
 			DB:               o.DB,
-			TLSConfig:        o.TLSConfig,
+			TLSConfig:        nodesTLS,
 			DialTimeout:      o.DialTimeout,
 			ReadTimeout:      o.ReadTimeout,
 			WriteTimeout:     o.WriteTimeout,

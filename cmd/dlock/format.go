@@ -41,6 +41,67 @@ func keyText(key string) string {
 	return strconv.Quote(key)
 }
 
+// jsonKey is a lock name as the JSON output writes it. JSON strings are
+// UTF-8: encoding/json would write each byte of a name that is not as
+// U+FFFD, which names another lock. Such a name is quoted as a Go string,
+// as keyText shows it, and so is one that starts with '"', so a quoted
+// name is never another's.
+func jsonKey(key string) string {
+	if key != "" && key[0] != '"' && utf8.ValidString(key) {
+		return key
+	}
+	return strconv.Quote(key)
+}
+
+// jsonKeys returns v, a value the admin commands print as JSON, with the
+// lock names in it as jsonKey writes them; any other value as it is.
+func jsonKeys(v any) any {
+	lock := func(i *dlock.LockInfo) *dlock.LockInfo {
+		if i == nil {
+			return nil
+		}
+		c := *i
+		c.Key = jsonKey(c.Key)
+		return &c
+	}
+	sem := func(i *dlock.SemaphoreInfo) *dlock.SemaphoreInfo {
+		if i == nil {
+			return nil
+		}
+		c := *i
+		c.Key = jsonKey(c.Key)
+		return &c
+	}
+	switch v := v.(type) {
+	case []string: // list's names
+		out := make([]string, len(v))
+		for i, k := range v {
+			out[i] = jsonKey(k)
+		}
+		return out
+	case *dlock.LockInfo:
+		return lock(v)
+	case *dlock.SemaphoreInfo:
+		return sem(v)
+	case []*dlock.LockInfo:
+		out := make([]*dlock.LockInfo, len(v))
+		for i := range v {
+			out[i] = lock(v[i])
+		}
+		return out
+	case []*dlock.SemaphoreInfo:
+		out := make([]*dlock.SemaphoreInfo, len(v))
+		for i := range v {
+			out[i] = sem(v[i])
+		}
+		return out
+	case releaseReport:
+		v.Lock, v.Semaphore = lock(v.Lock), sem(v.Semaphore)
+		return v
+	}
+	return v
+}
+
 // holderText describes a lock's holder in one phrase:
 // `pid 4242 on web-1 (dlock run: "backup.sh")`. The host and client name,
 // free text from whichever program took the lock, are shown as keyText

@@ -70,7 +70,7 @@ or RWMutex of that name is shown as a free lock.`,
 			return writeInfo(a.stdout, info, "")
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo, or SemaphoreInfo; ttl_ns in nanoseconds)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo, or SemaphoreInfo; ttl_ns in nanoseconds; a key that is not UTF-8 quoted as list --json does)")
 	kind.add(cmd)
 	return cmd
 }
@@ -99,9 +99,10 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) error {
 	return f.err
 }
 
-// writeJSON prints v as indented JSON.
+// writeJSON prints v as indented JSON, with the lock names in it as
+// jsonKey writes them.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return outputFailed(enc.Encode(v))
+	return outputFailed(enc.Encode(jsonKeys(v)))
 }

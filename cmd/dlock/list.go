@@ -23,7 +23,8 @@ func (a *app) listCmd() *cobra.Command {
 		Short: "List the locks (or semaphores, RWMutexes) that are held",
 		Long: `List prints the names of the locks held now under --prefix, one a line,
 sorted (a name that is not printable UTF-8, or starts with '"', is quoted as
-a Go string). PATTERN is a Redis glob on the lock name (*, ?, [abc];
+a Go string; with --json, one that is not UTF-8, which JSON cannot carry, or
+starts with '"'). PATTERN is a Redis glob on the lock name (*, ?, [abc];
 default all).
 It walks the keyspace with SCAN, never KEYS, on every master of a cluster, so
 it does not block Redis. With --long it also inspects each lock, and leaves

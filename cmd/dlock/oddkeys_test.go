@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,6 +110,62 @@ func TestOddHolderInHumanOutput(t *testing.T) {
 	for _, line := range got[1:] {
 		if !strings.HasPrefix(line[col:], "pid ") || strings.ContainsAny(line, "\t\x1b") {
 			t.Errorf("list --long: a row out of its columns (HOLDER at %d):\n%s", col, r.stdout)
+		}
+	}
+}
+
+// TestOddKeysInJSONOutput: JSON strings are UTF-8, and encoding/json
+// writes each byte of a name that is not as U+FFFD: the operator would read
+// another lock's name, and inspect or release --force that one. Such a name
+// is written quoted as a Go string, as the human output shows it, and so
+// is one that starts with '"', so that a quoted name is never another's.
+func TestOddKeysInJSONOutput(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	keys := []string{`"q"`, "a\xffb", "z"} // as list sorts them
+	want := []string{strconv.Quote(`"q"`), strconv.Quote("a\xffb"), "z"}
+	for _, k := range keys {
+		if _, err := c.Lock(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Semaphore(k, 1).Acquire(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var names []string
+	r := dlockRun(t, nil, "--redis", url, "list", "--json").want(t, 0)
+	if err := json.Unmarshal([]byte(r.stdout), &names); err != nil || !slices.Equal(names, want) {
+		t.Errorf("list --json = %q, %v; want %q", names, err, want)
+	}
+	var infos []dlock.LockInfo
+	r = dlockRun(t, nil, "--redis", url, "list", "--long", "--json").want(t, 0)
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != len(keys) {
+		t.Fatalf("list --long --json: %v\n%s", err, r.stdout)
+	}
+	var sems []dlock.SemaphoreInfo
+	r = dlockRun(t, nil, "--redis", url, "list", "--kind", "semaphore", "--long", "--json").want(t, 0)
+	if err := json.Unmarshal([]byte(r.stdout), &sems); err != nil || len(sems) != len(keys) {
+		t.Fatalf("list --kind semaphore --long --json: %v\n%s", err, r.stdout)
+	}
+	for i, k := range keys {
+		if infos[i].Key != want[i] || sems[i].Key != want[i] {
+			t.Errorf("list --long --json: lock %q as %q, semaphore as %q; want %q", k, infos[i].Key, sems[i].Key, want[i])
+		}
+		var info dlock.LockInfo
+		r = dlockRun(t, nil, "--redis", url, "inspect", "--json", k).want(t, 0)
+		if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.Key != want[i] {
+			t.Errorf("inspect --json %q: key %q, %v; want %q", k, info.Key, err, want[i])
+		}
+		var sem dlock.SemaphoreInfo
+		r = dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "1", "--json", k).want(t, 0)
+		if err := json.Unmarshal([]byte(r.stdout), &sem); err != nil || sem.Key != want[i] {
+			t.Errorf("inspect --capacity --json %q: key %q, %v; want %q", k, sem.Key, err, want[i])
+		}
+		var rep releaseReport
+		r = dlockRun(t, nil, "--redis", url, "release", "--force", "--json", k).want(t, 0)
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Lock == nil || rep.Lock.Key != want[i] {
+			t.Errorf("release --force --json %q: %v\n%s", k, err, r.stdout)
 		}
 	}
 }

@@ -103,7 +103,8 @@ fencing token with every grant.
 Connect with --redis URL (or $DLOCK_REDIS_URL; default redis://localhost:6379),
 with --sentinel-master NAME --sentinel ADDR,... for Sentinel, or with
 --cluster ADDR,... for Redis Cluster. With Sentinel or Cluster, the URL (if
-given) supplies only the credentials, database (Sentinel only), TLS, the
+given) supplies only the credentials, database (Sentinel only), TLS (each
+node's certificate is checked against the address it is reached at), the
 dial, read and write timeouts, pool_size and max_retries; the sentinels' own
 password comes from $DLOCK_SENTINEL_PASSWORD. Passwords are never printed.
 
