@@ -99,11 +99,11 @@ func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
 // Inspect reads the lock's readers and writer and its queue, as
 // Semaphore.Inspect does: a reader holds 1 permit, a writer MaxPermits.
 func (m *RWMutex) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
-	return m.s.Inspect(ctx)
+	return m.sem().Inspect(ctx)
 }
 
 // ForceRelease takes the lock away from the reader or writer token, as
 // Semaphore.ForceRelease does.
 func (m *RWMutex) ForceRelease(ctx context.Context, token string) error {
-	return m.s.ForceRelease(ctx, token)
+	return m.sem().ForceRelease(ctx, token)
 }

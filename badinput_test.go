@@ -128,6 +128,34 @@ func TestBadInputTable(t *testing.T) {
 		{"zero Client ForceRelease", func() error { return (&Client{}).ForceRelease(ctx, "k") }, ErrInvalidOption},
 		{"zero Client List", func() error { _, err := (&Client{}).List(ctx, "*"); return err }, ErrInvalidOption},
 		{"zero Client Close", func() error { return (&Client{}).Close() }, ErrInvalidOption},
+		{"nil Client Lock", func() error { _, err := (*Client)(nil).Lock(ctx, "k"); return err }, ErrInvalidOption},
+		{"nil Client Do", func() error {
+			return (*Client)(nil).Do(ctx, "k", func(context.Context) error { return nil })
+		}, ErrInvalidOption},
+		{"nil Client Semaphore", func() error { _, err := (*Client)(nil).Semaphore("s", 1).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"nil Client RWMutex", func() error { _, err := (*Client)(nil).RWMutex("m").Lock(ctx); return err }, ErrInvalidOption},
+		{"nil Client Inspect", func() error { _, err := (*Client)(nil).Inspect(ctx, "k"); return err }, ErrInvalidOption},
+		{"nil Client ForceRelease", func() error { return (*Client)(nil).ForceRelease(ctx, "k") }, ErrInvalidOption},
+		{"nil Client List", func() error { _, err := (*Client)(nil).List(ctx, "*"); return err }, ErrInvalidOption},
+		{"nil Client Close", func() error { return (*Client)(nil).Close() }, ErrInvalidOption},
+		{"nil Semaphore Acquire", func() error { _, err := (*Semaphore)(nil).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"nil Semaphore Inspect", func() error { _, err := (*Semaphore)(nil).Inspect(ctx); return err }, ErrInvalidOption},
+		{"nil RWMutex Lock", func() error { _, err := (*RWMutex)(nil).Lock(ctx); return err }, ErrInvalidOption},
+		{"nil RWMutex ForceRelease", func() error { return (*RWMutex)(nil).ForceRelease(ctx, "abc") }, ErrInvalidOption},
+		{"nil Lock Unlock", func() error { return (*Lock)(nil).Unlock(ctx) }, ErrNotHeld},
+		{"nil Lock Extend", func() error { return (*Lock)(nil).Extend(ctx, time.Second) }, ErrNotHeld},
+		{"nil Lock TTL", func() error { _, err := (*Lock)(nil).TTL(ctx); return err }, ErrNotHeld},
+		{"nil Lock Txn", func() error {
+			return (*Lock)(nil).Txn(ctx, func(redis.Pipeliner) error { return nil })
+		}, ErrNotHeld},
+		{"nil Lock accessors and Context", func() error {
+			var l *Lock
+			if l.Key() != "" || l.Token() != "" || l.Fence() != 0 || l.Degraded() {
+				return errors.New("a nil Lock reports a lock")
+			}
+			<-l.Done()
+			return context.Cause(l.Context())
+		}, ErrNotHeld},
 		{"zero Lock Unlock", func() error { return (&Lock{}).Unlock(ctx) }, ErrNotHeld},
 		{"zero Lock Extend", func() error { return (&Lock{}).Extend(ctx, time.Second) }, ErrNotHeld},
 		{"zero Lock TTL", func() error { _, err := (&Lock{}).TTL(ctx); return err }, ErrNotHeld},

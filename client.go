@@ -19,8 +19,9 @@ import (
 // concurrent use. It owns one background goroutine renewing its locks and
 // one pub/sub connection for waiters (on Redis Cluster, one per waited
 // lock), both started on first use and stopped by Close. Make it with New
-// (or redlock.New): the calls of the zero Client (and of its Semaphores
-// and RWMutexes) return an error wrapping ErrInvalidOption.
+// (or redlock.New): the calls of the zero Client and of a nil *Client (and
+// of their Semaphores and RWMutexes, and of a nil *Semaphore or *RWMutex)
+// return an error wrapping ErrInvalidOption.
 type Client struct {
 	be     backend.Backend
 	cfg    clientConfig
@@ -107,7 +108,7 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // ErrClosed; Unlock still releases a lock that Close left held. Close of
 // the zero Client returns an error wrapping ErrInvalidOption.
 func (c *Client) Close() error {
-	if c.closed == nil {
+	if c == nil || c.closed == nil {
 		return errZeroClient
 	}
 	var lost map[*hold]error
@@ -178,7 +179,7 @@ var errZeroClient = fmt.Errorf("%w: Client not made by New", ErrInvalidOption)
 
 // check validates a call's key and the Client's state.
 func (c *Client) check(key string) error {
-	if c.closed == nil {
+	if c == nil || c.closed == nil {
 		return errZeroClient
 	}
 	if c.isClosed() {

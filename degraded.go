@@ -64,7 +64,7 @@ func WithDegradedMode(m DegradedMode) Option {
 // Degraded reports whether the lock was taken in-process only because
 // Redis was unreachable (WithDegradedMode): it excludes the goroutines of
 // its Client and nothing else.
-func (l *Lock) Degraded() bool { return l.h != nil && l.h.x != nil && l.h.x.degraded }
+func (l *Lock) Degraded() bool { return l != nil && l.h != nil && l.h.x != nil && l.h.x.degraded }
 
 // degrade grants a lock in-process only after the Redis acquisition failed
 // with err: x already holds the key's local lock.

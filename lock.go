@@ -26,8 +26,9 @@ type heldKey struct {
 }
 
 // Lock is a held lock. Its methods are safe for concurrent use. The zero
-// Lock holds nothing: its Context is done, and Unlock, Extend, TTL and Txn
-// given good arguments return an error wrapping ErrNotHeld.
+// Lock, and a nil *Lock, hold nothing: the Context is done, and Unlock,
+// Extend, TTL and Txn given good arguments return an error wrapping
+// ErrNotHeld.
 //
 // The lock's Context is cancelled the moment the lock cannot be trusted any
 // more: Unlock (cause ErrReleased), or loss (cause ErrLockLost) when a
@@ -68,7 +69,7 @@ var zeroLockCtx = func() context.Context {
 
 // Key returns the lock's name, as given to Lock.
 func (l *Lock) Key() string {
-	if l.h == nil {
+	if l == nil || l.h == nil {
 		return ""
 	}
 	return l.h.lease.Key
@@ -76,7 +77,7 @@ func (l *Lock) Key() string {
 
 // Token returns the random owner token identifying this holder in Redis.
 func (l *Lock) Token() string {
-	if l.h == nil {
+	if l == nil || l.h == nil {
 		return ""
 	}
 	return l.h.lease.Token
@@ -91,7 +92,7 @@ func (l *Lock) Token() string {
 // are live at once, so a smaller fence is not a stale one (see
 // docs/safety.md).
 func (l *Lock) Fence() uint64 {
-	if l.h == nil {
+	if l == nil || l.h == nil {
 		return 0
 	}
 	return l.h.fence
@@ -103,7 +104,7 @@ func (l *Lock) Fence() uint64 {
 // re-enters the lock; the Lock of a Semaphore's permits or of an RWMutex
 // is not reentrant.
 func (l *Lock) Context() context.Context {
-	if l.ctx == nil {
+	if l == nil || l.ctx == nil {
 		return zeroLockCtx
 	}
 	return l.ctx
@@ -207,7 +208,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // an Unlock returns the network error instead, and calling it again
 // settles it (nil if the first try released the lock).
 func (l *Lock) Unlock(ctx context.Context) error {
-	if l.h == nil {
+	if l == nil || l.h == nil {
 		return errZeroLock
 	}
 	l.mu.Lock()
@@ -338,7 +339,7 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 // if this Lock was unlocked (a re-entered Lock's Context ends at its own
 // Unlock, and with its hold).
 func (l *Lock) live() error {
-	if l.h == nil {
+	if l == nil || l.h == nil {
 		return errZeroLock
 	}
 	if l.ctx.Err() != nil {

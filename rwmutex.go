@@ -23,26 +23,35 @@ func (c *Client) RWMutex(name string) *RWMutex {
 // Name returns the lock's name.
 func (m *RWMutex) Name() string { return m.s.name }
 
+// sem is the Semaphore m is; nil for a nil m, whose calls then fail as
+// those of a Semaphore without a Client do.
+func (m *RWMutex) sem() *Semaphore {
+	if m == nil {
+		return nil
+	}
+	return &m.s
+}
+
 // RLock takes the lock for reading, waiting until no writer holds it or
 // waits before this reader, or ctx ends.
 func (m *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return m.s.acquire(ctx, 1, true, opts)
+	return m.sem().acquire(ctx, 1, true, opts)
 }
 
 // TryRLock makes one attempt to take the lock for reading: it fails with
 // ErrNotObtained if a writer holds the lock or anyone waits for it.
 func (m *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return m.s.acquire(ctx, 1, false, opts)
+	return m.sem().acquire(ctx, 1, false, opts)
 }
 
 // Lock takes the lock for writing, waiting until nobody else holds it and
 // the waiters before it have had their turn, or ctx ends.
 func (m *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return m.s.acquire(ctx, MaxPermits, true, opts)
+	return m.sem().acquire(ctx, MaxPermits, true, opts)
 }
 
 // TryLock makes one attempt to take the lock for writing: it fails with
 // ErrNotObtained if anyone holds the lock or waits for it.
 func (m *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return m.s.acquire(ctx, MaxPermits, false, opts)
+	return m.sem().acquire(ctx, MaxPermits, false, opts)
 }

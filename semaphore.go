@@ -109,7 +109,7 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // for the calls that read or change its holders directly (Available and
 // the operator calls), after checking s as Acquire would.
 func (s *Semaphore) admin() (*node, *lockKeys, error) {
-	if s.c == nil {
+	if s == nil || s.c == nil {
 		return nil, nil, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
 	}
 	p := &backend.Permits{Kind: s.kind, Count: 1, Capacity: s.capacity}
@@ -124,7 +124,7 @@ func (s *Semaphore) admin() (*node, *lockKeys, error) {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []LockOption) (*Lock, error) {
-	if s.c == nil {
+	if s == nil || s.c == nil {
 		return nil, fmt.Errorf("%w: semaphore without a Client", ErrInvalidOption)
 	}
 	return s.c.acquire(ctx, s.name, wait, &backend.Permits{Kind: s.kind, Count: n, Capacity: s.capacity}, opts)
