@@ -104,7 +104,8 @@ func isToken(s string) bool { return s != "" && !strings.HasPrefix(s, ":") }
 // WithExpectedOwner), for an operator clearing a stuck lock; the next
 // waiter gets it. The holder is not told until its next renewal. It
 // returns an error wrapping ErrNotHeld if nothing was removed, and
-// errors.ErrUnsupported on a Client made by redlock.New.
+// errors.ErrUnsupported on a Client made by redlock.New. Under
+// WithReplicaAck it waits for the replicas as a release does.
 func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceReleaseOption) error {
 	var cfg forceReleaseConfig
 	for _, o := range opts {
@@ -123,7 +124,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 	if cfg.ownerSet {
 		args = append(args, cfg.owner)
 	}
-	removed, err := forceReleaseScript.Run(ctx, n.rdb, n.keys(key).all(), args...).Int()
+	cmd, got := n.runForce(ctx, forceReleaseScript, n.keys(key).all(), args...)
+	removed, err := cmd.Int()
 	if err != nil {
 		return redisError("force release", key, err)
 	}
@@ -133,6 +135,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceRele
 	case -1:
 		return fmt.Errorf("dlock: force release %q: another token holds it now: %w", key, ErrNotHeld)
 	}
+	n.ack.short(got, ReplicaReport{Op: "force release", Key: key, Token: cfg.owner, Kind: "lock"})
 	return nil
 }
 

@@ -75,7 +75,8 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 // wrapping ErrNotHeld if token holds no permits (released, lease run out,
 // or never granted), ErrWrongType if other data than a semaphore's is at
 // its name, ErrInvalidOption if token is not a token, and
-// errors.ErrUnsupported on a Client made by redlock.New. The token of a
+// errors.ErrUnsupported on a Client made by redlock.New. Under
+// WithReplicaAck it waits for the replicas as a release does. The token of a
 // queued waiter holds nothing: it keeps its place.
 func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
 	if !isToken(token) {
@@ -86,13 +87,15 @@ func (s *Semaphore) ForceRelease(ctx context.Context, token string) error {
 		return err
 	}
 	// The release script of an Unlock: it hands the permits over too.
-	left, err := k.scripts().release.script.Run(ctx, n.rdb, k.all(), token, s.capacity, "holder").Int64()
+	cmd, got := n.runForce(ctx, k.scripts().release.script, k.all(), token, s.capacity, "holder")
+	left, err := cmd.Int64()
 	if err != nil {
 		return redisError(s.kind+" force release", s.name, err)
 	}
 	if left < 0 {
 		return fmt.Errorf("dlock: %s force release %q: token %s holds no permits: %w", s.kind, s.name, token, ErrNotHeld)
 	}
+	n.ack.short(got, ReplicaReport{Op: "force release", Key: s.name, Token: token, Kind: s.kind})
 	return nil
 }
 

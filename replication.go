@@ -74,7 +74,7 @@ func (p ReplicaPolicy) String() string {
 // ReplicaReport describes one lock write that fewer replicas than asked
 // acknowledged in time (see WithReplicaReport).
 type ReplicaReport struct {
-	Op     string        // "acquire", "extend", "renew", "release" or "txn" (Lock.Txn)
+	Op     string        // "acquire", "extend", "renew", "release", "txn" (Lock.Txn) or "force release"
 	Key    string        // the lock's (or semaphore's, or RWMutex's) name
 	Kind   string        // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Token  string        // the holder's token (Lock.Token)
@@ -86,7 +86,8 @@ type ReplicaReport struct {
 
 // WithReplicaAck makes the Client wait, after each write that acquires,
 // extends, renews or releases a lock (or permits of a Semaphore or
-// RWMutex), and after each Lock.Txn, until replicas replicas acknowledged
+// RWMutex), force releases included, and after each Lock.Txn, until
+// replicas replicas acknowledged
 // it or timeout passed
 // (WAIT replicas timeout; WAITAOF 1 replicas timeout where the server has
 // WAITAOF, Redis 7.2+, and runs with appendonly, so that the write is also
@@ -110,8 +111,9 @@ type ReplicaReport struct {
 // lost. timeout + 100 ms must be at most 3/4 of the Redis client's
 // ReadTimeout (go-redis's default is 5 s), since the reply of WAIT is read
 // with that deadline.
-// Releases are waited for and reported too, but never fail: a release the
-// replicas missed can only keep the lock unavailable until its lease ends.
+// Releases (and force releases) are waited for and reported too, but never
+// fail: a release the replicas missed can only keep the lock unavailable
+// until its lease ends.
 // The default is off: no waiting.
 //
 // It applies to a Client made by New; a Redlock Client ignores it.
@@ -515,7 +517,8 @@ func (a *acker) check(got ack, w ReplicaReport) error {
 }
 
 // short reports whether got falls short of the replicas asked for, and if
-// so logs and reports it, completing w.
+// so logs and reports it, completing w. A good ack needs no acker (nil
+// without WithReplicaAck).
 func (a *acker) short(got ack, w ReplicaReport) bool {
 	if got.ok {
 		return false
@@ -649,4 +652,18 @@ func (n *node) releaseAcked(ctx context.Context, l *backend.Lease, level int) (i
 		n.ack.short(c.ack, leaseWritten("release", l))
 	}
 	return left, err
+}
+
+// runForce runs an operator's force release, followed by WAIT if the
+// Client asks for replica acknowledgement. As with a release, a shortfall
+// is only reported (by the caller, with short: the holder was removed, and
+// a replica promoted without that brings the stuck lock back until its
+// lease ends); without acknowledgement the ack is a good one.
+func (n *node) runForce(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, ack) {
+	if n.ack == nil {
+		return s.Run(ctx, n.rdb, keys, args...), ack{ok: true}
+	}
+	c := &call{s: s, keys: keys, args: args}
+	n.runAcked(ctx, []*call{c})
+	return c.cmd, c.ack
 }

@@ -294,6 +294,27 @@ func TestReplicaAck(t *testing.T) {
 				t.Errorf("%s: report = %+v", kind, rep)
 			}
 		}
+
+		// An operator's force release is waited for too.
+		sem := c.Semaphore("forced", 2)
+		for kind, force := range map[string]func(*Lock) error{
+			"lock":      func(l *Lock) error { return c.ForceRelease(ctx, "forced", WithExpectedOwner(l.Token())) },
+			"semaphore": func(l *Lock) error { return sem.ForceRelease(ctx, l.Token()) },
+		} {
+			l, err := c.TryLock(ctx, "forced", WithoutRenewal())
+			if kind == "semaphore" {
+				l, err = sem.TryAcquire(ctx, 1, WithoutRenewal())
+			}
+			if err != nil {
+				t.Fatalf("%s: taking = %v", kind, err)
+			}
+			if err := force(l); err != nil {
+				t.Fatalf("%s: ForceRelease = %v", kind, err)
+			}
+			if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,force release" {
+				t.Errorf("%s: reported %q, want acquire,force release", kind, ops)
+			}
+		}
 	})
 
 	// The timeout + 100 ms may be up to 3/4 of the client's ReadTimeout,
