@@ -180,7 +180,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Unlock releases this hold: a reentrant Lock gives back its level, the
 // outermost one releases the lock and hands it to the next waiter. It
 // returns an error wrapping ErrNotHeld if the lock was not held any more
-// (and ErrLockLost too if it had been lost). If the outermost release
+// (and ErrLockLost too if it had been lost). The Context, not Unlock, is
+// what tells a holder that its lock was lost: a lock declared lost when
+// its lease could no longer be trusted may still be in Redis, within the
+// drift margin, and its Unlock then removes it and returns nil. If the
+// outermost release
 // fails (a network error, after which Redis may or may not have run it,
 // or ctx done before it was sent or before its reply came), the lock is
 // given up: its Context ends (ErrLockLost, Observer reason
