@@ -187,7 +187,7 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 	c.acquireEnd(actx, x, req, h, nil)
 	handed = true
 	if cause := c.dog.handedOut(h); cause != nil {
-		c.observeLost(h, cause) // closed while AcquireEnd was under way
+		c.observeLost(h, cause) // lost (or closed) while AcquireEnd was under way
 	}
 	return l
 }

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -44,6 +46,11 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 	}
 	return &batcher{rdb: rdb, maxInflight: 2}
 }
+
+// errNoAnswer is the error of a batched call that Redis did not answer
+// within batchTimeout. It is not context.DeadlineExceeded: the caller's
+// context has not ended, and Redis is out of reach (unreachable).
+var errNoAnswer = fmt.Errorf("dlock: no answer from Redis within %v", batchTimeout)
 
 // notSentError is the context's error for a call that never reached Redis
 // because the caller's context had ended first: Unlock then knows that its
@@ -162,6 +169,11 @@ func (b *batcher) send(batch []*batchCall) {
 	for _, c := range batch {
 		if isNoScript(c.cmd.Err()) {
 			c.cmd = c.call.retry(ctx, b.rdb, c.cmd)
+		}
+		if ctx.Err() != nil && errors.Is(c.cmd.Err(), context.DeadlineExceeded) {
+			// The batch's deadline, not the caller's (whose context
+			// lives, or the caller would have stopped waiting).
+			c.cmd.SetErr(errNoAnswer)
 		}
 		close(c.done)
 	}

@@ -372,3 +372,83 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A batch that Redis does not answer within batchTimeout fails its calls
+// with the batch's own deadline (go-redis returns the context's error
+// when it ends between retries). That is Redis out of reach, not the
+// caller giving up, whose context is live: the degraded mode grants its
+// lock, and the Observer hears of no cancellation.
+func TestBatchTimeoutIsNotTheCallersDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	errSlot := errors.New("slot call failed")
+	var calls atomic.Int32
+	reached, release := make(chan struct{}, 2), make(chan struct{})
+	answered := make(chan struct{})
+	var once sync.Once
+	h := scriptHook{
+		// The first two calls hold both slots, then fail; the next is
+		// queued, and sent as a batch.
+		before: map[string]func() error{acquireScript.Hash(): func() error {
+			if calls.Add(1) > 2 {
+				return nil
+			}
+			reached <- struct{}{}
+			<-release
+			return errSlot
+		}},
+		after: map[string]func() error{acquireScript.Hash(): func() error {
+			once.Do(func() { close(answered) })
+			return nil
+		}},
+	}
+	rec := &recorder{}
+	// Two attempts of 5 s outlast the batch's 10 s: the third finds its
+	// context ended.
+	c, _ := hookedClientWith(t, &redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second}, h,
+		WithDegradedMode(LocalFallback), WithObserver(rec))
+	ctx := context.Background()
+
+	slots := make(chan error, 2)
+	for _, key := range []string{"slot1", "slot2"} {
+		go func() {
+			_, err := c.TryLock(ctx, key)
+			slots <- err
+		}()
+		<-reached
+	}
+	srv.Pause(t)
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, "job")
+		if err != nil {
+			t.Errorf("Lock with Redis not answering the batch = %v, want a degraded lock", err)
+		}
+		got <- l
+	}()
+	waitUntil(t, 5*time.Second, "the call to queue", func() bool { _, q := inflight(c); return q == 1 })
+	close(release)
+	for range 2 {
+		if err := <-slots; !errors.Is(err, errSlot) {
+			t.Fatalf("slot call = %v", err)
+		}
+	}
+	<-answered
+	srv.Resume(t) // leaving the queue is not held up
+	l := <-got
+	if l == nil {
+		return
+	}
+	if !l.Degraded() {
+		t.Error("lock not degraded")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.acquires {
+		if e.Key == "job" && e.Outcome != AcquireDegraded {
+			t.Errorf("AcquireEnd = %+v, want degraded", e)
+		}
+	}
+}

@@ -107,12 +107,12 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 // is still live, means that Redis could not be reached, rather than an
 // answer (held elsewhere, wrong type) or the caller giving up.
 func unreachable(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) || errors.Is(err, ErrWrongType) {
+	if err == nil || ended(ctx) || errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) || errors.Is(err, ErrWrongType) {
 		return false
 	}
 	var op *net.OpError
-	if errors.As(err, &op) {
-		return true // dial, read or write failed (even if also a timeout)
+	if errors.As(err, &op) || errors.Is(err, errNoAnswer) {
+		return true // dial, read or write failed (even if also a timeout), or no answer in time
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
 		return false
@@ -126,6 +126,17 @@ func unreachable(ctx context.Context, err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// ended reports whether ctx has ended or its deadline has passed: a
+// socket deadline taken from ctx (go-redis's ContextTimeoutEnabled) may
+// fail a read an instant before ctx's own timer sets its error.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // degradedBackend stands for the backend of a degraded lock: it only counts

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -208,8 +209,10 @@ func TestUnreachable(t *testing.T) {
 		{live, fmt.Errorf("x: %w", io.EOF), true},
 		{live, fmt.Errorf("x: %w", syscall.ECONNRESET), true},
 		{live, redis.ErrPoolTimeout, true},
+		{live, fmt.Errorf("x: %w", errNoAnswer), true}, // a batch Redis did not answer in time
 		{live, fmt.Errorf("x: %w", errors.Join(context.DeadlineExceeded, dial)), true},
-		{over, fmt.Errorf("x: %w", dial), false}, // the caller gave up
+		{over, fmt.Errorf("x: %w", dial), false},                          // the caller gave up
+		{lateContext{live, time.Now()}, fmt.Errorf("x: %w", dial), false}, // its deadline passed, Err not set yet
 		{live, fmt.Errorf("x: %w", ErrNotObtained), false},
 		{live, ErrClosed, false},
 		{live, redis.ErrClosed, false},
@@ -405,5 +408,56 @@ func TestDegradedLockLostAtMaxHoldUnlockReportsTheLoss(t *testing.T) {
 		if e.Outcome == ReleaseOK {
 			t.Errorf("Observer told of a successful release of a lost lock: %+v", e)
 		}
+	}
+}
+
+// lateContext has a deadline that passes before its Done channel closes.
+// A context.WithDeadline does so for an instant: a socket deadline that
+// go-redis takes from it (ContextTimeoutEnabled) may fail a read before
+// the context's own timer has set its error. lateContext makes that
+// instant last.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// A read that failed because the caller's deadline passed is the caller
+// giving up, not Redis out of reach, even if the context has not said so
+// yet: no degraded lock is granted to a call past its deadline.
+func TestDegradedModeNotPastTheDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	failed := make(chan struct{})
+	var once sync.Once
+	h := scriptHook{after: map[string]func() error{acquireScript.Hash(): func() error {
+		once.Do(func() { close(failed) })
+		return nil
+	}}}
+	rec := &recorder{}
+	c, _ := hookedClient(t, srv.Addr(), h, WithDegradedMode(LocalFallback), WithObserver(rec))
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := lateContext{Context: parent, deadline: time.Now().Add(200 * time.Millisecond)}
+
+	srv.Pause(t) // the acquire's read waits until the deadline
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "job")
+		if err == nil {
+			err = fmt.Errorf("granted (degraded %v)", l.Degraded())
+			_ = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	<-failed
+	srv.Resume(t) // leaving the queue is not held up
+	if err := <-got; !errors.As(err, new(net.Error)) {
+		t.Fatalf("Lock past its deadline = %v, want the read's timeout", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != 1 || rec.acquires[0].Outcome != AcquireCanceled {
+		t.Errorf("AcquireEnd events = %+v, want one, canceled", rec.acquires)
 	}
 }

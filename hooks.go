@@ -163,7 +163,7 @@ func (c *Client) acquireEnd(ctx context.Context, x *holdExtra, req *backend.Requ
 		e.Outcome, e.Fence = AcquireOK, h.fence
 	case errors.Is(err, ErrNotObtained):
 		e.Outcome = AcquireNotObtained
-	case ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case ended(ctx) || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		e.Outcome = AcquireCanceled
 	default:
 		e.Outcome = AcquireError

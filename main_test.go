@@ -283,7 +283,13 @@ func (h scriptHook) run(fns map[string]func() error, cmd redis.Cmder) error {
 // send them again, out of the hook's reach.
 func hookedClient(t *testing.T, addr string, h redis.Hook, opts ...Option) (*Client, *redis.Client) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	return hookedClientWith(t, &redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true}, h, opts...)
+}
+
+// hookedClientWith is hookedClient on a go-redis client made with ro.
+func hookedClientWith(t *testing.T, ro *redis.Options, h redis.Hook, opts ...Option) (*Client, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(ro)
 	t.Cleanup(func() { rdb.Close() })
 	for _, s := range []*redis.Script{acquireScript, releaseScript, extendScript, ttlScript} {
 		if err := s.Load(context.Background(), rdb).Err(); err != nil {

@@ -23,6 +23,18 @@ import (
 // which the caller then never gets. Embed NopObserver to implement only
 // some methods and to keep compiling when methods are added.
 //
+// For one acquisition, AcquireEnd comes after AcquireStart, and the
+// lock's Lost, if any (once at most), after AcquireEnd, even if the lock
+// was lost while AcquireEnd ran (its Context ends then all the same).
+// Nothing else is ordered across goroutines: a renewal due while
+// AcquireEnd runs may report Renew before it, and a loss the watchdog
+// finds while an Unlock is under way may report Lost before or after
+// that Unlock's ReleaseEnd. Close does not wait for the Observer: the
+// AcquireEnd of a Lock call it ended, the ReleaseEnd of an Unlock under
+// way, and the Renew and Lost of renewals and losses the watchdog was
+// handling may come after Close returned, as may the Lost of a lock whose
+// Unlock Close left under way (at its lease's deadline).
+//
 // Events carry the lock's key. A metrics implementation must not label by
 // it (every key would be a new time series): map it to a bounded group, as
 // the metrics packages do.

@@ -932,3 +932,44 @@ func TestObserversPanicInLostAtReenterStillTellsTheOthers(t *testing.T) {
 		t.Errorf("the last observer heard re-entries %+v, want one that failed", rec.reenters)
 	}
 }
+
+// A lease that runs out while AcquireEnd reports its grant ends the
+// lock's Context then, but the Observer hears Lost after AcquireEnd, not
+// before: it knows of no such lock before (as when Close ends it then,
+// TestCloseDuringGrant).
+func TestLostComesAfterAcquireEnd(t *testing.T) {
+	o := &holdLog{pauseAcquired: true, paused: make(chan struct{}), resume: make(chan struct{})}
+	c, _, _ := newTestClient(t, WithObserver(o))
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := c.Lock(context.Background(), "job", WithTTL(100*time.Millisecond), WithoutRenewal())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	<-o.paused // granted, AcquireEnd under way
+	var h *hold
+	c.dog.mu.Lock()
+	for held := range c.dog.holds {
+		h = held
+	}
+	c.dog.mu.Unlock()
+	<-h.ctx.Done() // the watchdog found the lease over
+	waitUntil(t, 5*time.Second, "the loss to be reported, or held back", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return h.lostBy != nil || len(o.events) > 0
+	})
+	close(o.resume)
+	l := testutil.Receive(t, got, 5*time.Second, "Lock")
+	if l == nil {
+		return
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", cause)
+	}
+	o.check(t, "job", "acquired job", "lost job")
+}

@@ -48,7 +48,7 @@ type hold struct {
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
 	handing    bool          // watched, its grant not reported yet (handOut)
-	closedBy   error         // the cause Close ended it with while handing: handOut reports it
+	lostBy     error         // the cause it was lost with while handing: handOut reports it
 	expiry     *time.Timer   // after Close, while its Unlock is under way: ends it at its deadline
 }
 
@@ -277,12 +277,12 @@ func (w *watchdog) releasedBySelf(h *hold) bool {
 }
 
 // handedOut records that h's grant has been reported. It returns the
-// cause Close ended h with meanwhile, for the caller to report, or nil.
+// cause h was lost with meanwhile, for the caller to report, or nil.
 func (w *watchdog) handedOut(h *hold) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h.handing = false
-	return h.closedBy
+	return h.lostBy
 }
 
 // deadline returns until when h's lease can be trusted.
@@ -326,7 +326,7 @@ func (w *watchdog) close() map[*hold]error {
 			})
 		case h.handing:
 			// Lost after its grant is reported (handOut), not before.
-			h.closedBy = cause
+			h.lostBy = cause
 			w.end(h, cause)
 		default:
 			lost[h] = cause
@@ -350,7 +350,7 @@ func (w *watchdog) wait(deadline time.Time) {
 
 func (w *watchdog) lose(h *hold, cause error) {
 	w.end(h, cause)
-	w.c.observeLost(h, cause)
+	w.report(h, cause)
 }
 
 // loseAll is lose for every hold in lost (with its cause), each step for
@@ -359,8 +359,22 @@ func (w *watchdog) lose(h *hold, cause error) {
 func (w *watchdog) loseAll(lost map[*hold]error) {
 	w.endAll(lost)
 	for h, cause := range lost {
-		w.c.observeLost(h, cause)
+		w.report(h, cause)
 	}
+}
+
+// report tells the Observer that h was lost with cause, or, while its
+// grant is not reported yet, leaves that to handOut: a lock's Lost comes
+// after its AcquireEnd, not before.
+func (w *watchdog) report(h *hold, cause error) {
+	w.mu.Lock()
+	if h.handing {
+		h.lostBy = cause
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	w.c.observeLost(h, cause)
 }
 
 // endAll is end for every hold in lost, every Context before the first log
