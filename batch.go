@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // batcher sends the acquire and release scripts of concurrent callers
@@ -32,6 +34,9 @@ type batchCall struct {
 	cmd  *redis.Cmd
 	sent bool
 	done chan struct{}
+	// panicked is the panic its batch's send ended with (a go-redis
+	// hook's) before this call had its reply: its caller raises it.
+	panicked *backend.Panic
 }
 
 // batchTimeout bounds one pipelined round trip of queued calls; each
@@ -111,6 +116,7 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
+		c.panicked.Raise()
 		return c.cmd
 	case <-ctx.Done():
 	}
@@ -134,6 +140,7 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	// short at ctx's end would (acquire then abandons, Unlock gives up).
 	select {
 	case <-c.done:
+		c.panicked.Raise()
 		return c.cmd
 	default:
 	}
@@ -159,22 +166,34 @@ func (b *batcher) release() {
 	go b.send(batch)
 }
 
+// send sends batch as one pipeline. A panic on the way (a go-redis hook's)
+// goes to the callers still without their reply, raised in their own
+// goroutines (run), where they can recover it: here it would end the
+// process. The slot is used or given back either way.
 func (b *batcher) send(batch []*batchCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	pipe := b.rdb.Pipeline()
-	for _, c := range batch {
-		_ = pipe.Process(ctx, c.cmd)
-	}
-	_, _ = pipe.Exec(ctx)
-	for _, c := range batch {
-		if isNoScript(c.cmd.Err()) {
-			c.cmd = c.call.retry(ctx, b.rdb, c.cmd)
+	answered := 0
+	p := backend.Run(func() {
+		pipe := b.rdb.Pipeline()
+		for _, c := range batch {
+			_ = pipe.Process(ctx, c.cmd)
 		}
-		if ctx.Err() != nil && errors.Is(c.cmd.Err(), context.DeadlineExceeded) {
-			// The batch's deadline, not the caller's (whose context
-			// lives, or the caller would have stopped waiting).
-			c.cmd.SetErr(errNoAnswer)
+		_, _ = pipe.Exec(ctx)
+		for _, c := range batch {
+			if isNoScript(c.cmd.Err()) {
+				c.cmd = c.call.retry(ctx, b.rdb, c.cmd)
+			}
+			if ctx.Err() != nil && errors.Is(c.cmd.Err(), context.DeadlineExceeded) {
+				// The batch's deadline, not the caller's (whose context
+				// lives, or the caller would have stopped waiting).
+				c.cmd.SetErr(errNoAnswer)
+			}
+			close(c.done)
+			answered++
 		}
+	})
+	for _, c := range batch[answered:] {
+		c.panicked = p
 		close(c.done)
 	}
 	cancel()

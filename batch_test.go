@@ -174,6 +174,82 @@ func TestBatchSlotFreedByPanic(t *testing.T) {
 	}
 }
 
+// panicOnBatchedAcquire is a go-redis hook that panics at a pipeline
+// carrying the acquire script while n is above zero: only the batcher's
+// queued calls go out that way.
+type panicOnBatchedAcquire struct {
+	testutil.PassHook
+	n *atomic.Int32
+}
+
+func (h panicOnBatchedAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &acquireEval.sha && h.n.Add(-1) >= 0 {
+				panic("hook bug")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A call that panics while its batch is sent, on the batcher's goroutine,
+// panics in its caller's goroutine instead, with the same value, where
+// the caller can recover it: not in a goroutine of the library's, where it
+// would end the process. The slots and the queue are left empty, the call
+// takes no lock, and the Client goes on working.
+func TestBatchedCallPanicReachesItsCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	n := new(atomic.Int32)
+	n.Store(1)
+	c, _ := hookedClient(t, proxy.Addr(), panicOnBatchedAcquire{n: n})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connections made
+
+	proxy.Freeze()
+	locks := make(chan *Lock, 2)
+	for _, key := range []string{"slot1", "slot2"} {
+		go func() {
+			l, err := c.TryLock(ctx, key)
+			if err != nil {
+				t.Errorf("TryLock(%q) = %v", key, err)
+			}
+			locks <- l
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_, _ = c.TryLock(ctx, "queued")
+	}()
+	waitUntil(t, 5*time.Second, "the call to queue", func() bool { _, q := inflight(c); return q == 1 })
+	proxy.Thaw()
+	if p := <-panicked; p != "hook bug" {
+		t.Errorf("the queued TryLock's caller recovered %v, want the hook's panic", p)
+	}
+	for range 2 {
+		if l := <-locks; l != nil {
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	waitUntil(t, 5*time.Second, "no slot in flight and nothing queued", func() bool {
+		r, q := inflight(c)
+		return r == 0 && q == 0
+	})
+	if got := rdb.Exists(ctx, c.keys("queued").lock).Val(); got != 0 {
+		t.Error("the call that panicked left the lock taken")
+	}
+	l := mustLock(t, c, "queued")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A release that waited in the batcher's queue and was then sent to a
 // Redis that does not answer returns when its caller's context ends, as one
 // sent at once does (ContextTimeoutEnabled): not when the batch's own

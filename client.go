@@ -137,6 +137,16 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// noPanic runs f, work of one of the Client's own goroutines (the
+// watchdog's) that calls the application's code: the Observer, the
+// logger's handler. A panic there has no caller to go to, and would end
+// the process: it is logged instead, and the goroutine goes on.
+func (c *Client) noPanic(what string, f func()) {
+	if p := backend.Run(f); p != nil {
+		p.Log(c.log, "dlock: panic in the "+what)
+	}
+}
+
 // waitBy waits for wg until deadline at the latest.
 func waitBy(wg *sync.WaitGroup, deadline time.Time) {
 	done := make(chan struct{})

@@ -20,8 +20,12 @@ import (
 // then ran out), concurrently for different locks, so they must be safe for
 // concurrent use and quick: record the figure and return. They may call
 // the Client's Close. A panic in AcquireEnd releases the lock it reports,
-// which the caller then never gets. Embed NopObserver to implement only
-// some methods and to keep compiling when methods are added.
+// which the caller then never gets. A panic in a call from the watchdog or
+// a timer, which has no caller to go to, is logged (WithLogger) and
+// dropped: the watchdog goes on, and the Observer may miss the events of
+// that round (a lost lock's Context still ends). Embed NopObserver to
+// implement only some methods and to keep compiling when methods are
+// added.
 //
 // For one acquisition, AcquireEnd comes after AcquireStart, and the
 // lock's Lost, if any (once at most), after AcquireEnd, even if the lock

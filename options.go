@@ -56,7 +56,11 @@ func WithPrefix(prefix string) Option {
 // are warnings) to l; a record naming a key has its kind too ("lock",
 // "semaphore" or "rwmutex"). By default the Client logs nothing. Its
 // handler must be quick, as an Observer must: the watchdog logs a loss
-// before it looks at the other leases' deadlines again.
+// before it looks at the other leases' deadlines again. A panic on the
+// watchdog's goroutine, which has no caller to go to (the handler's, an
+// Observer's, or a go-redis hook's at a renewal, which then counts as
+// unanswered), is logged at level Error with its stack, and the watchdog
+// goes on; one the handler raises while logging it is dropped.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *clientConfig) { c.logger = l }
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -383,6 +384,7 @@ func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 			groups[conn] = append(groups[conn], c)
 		}
 		var wg sync.WaitGroup
+		var panicked atomic.Pointer[backend.Panic]
 		for conn, cs := range groups {
 			if len(groups) == 1 {
 				n.ack.exec(ctx, conn, cs, wait)
@@ -391,10 +393,16 @@ func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n.ack.exec(ctx, conn, cs, wait)
+				if p := backend.Run(func() { n.ack.exec(ctx, conn, cs, wait) }); p != nil {
+					panicked.Store(p)
+				}
 			}()
 		}
 		wg.Wait()
+		// A panic on a master's goroutine (a go-redis hook's) goes on in
+		// the caller's, once every master has answered, as it would have
+		// with a single master.
+		panicked.Load().Raise()
 		if cluster {
 			// MasterForKey reads the cached slot map, which go-redis reloads
 			// on its own only for commands it routed itself: a master that

@@ -558,6 +558,38 @@ func (o *lastRenewal) at(key string) time.Time {
 	return o.last[key]
 }
 
+// panicOnPipeline is a go-redis hook that panics at every pipeline.
+type panicOnPipeline struct{ testutil.PassHook }
+
+func (panicOnPipeline) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { panic("hook bug") }
+}
+
+// Calls for several masters (a Redis Cluster's) go to each on a goroutine
+// of its own. A panic there (a go-redis hook's) is raised in the caller's
+// goroutine, where it can be recovered, once every master has answered:
+// not on the library's goroutine, where it would end the process. Two
+// clients of one server stand in for two masters (the masters a cluster
+// redirection names: call.to).
+func TestRunOnMastersPanicReachesItsCaller(t *testing.T) {
+	c, rdb, srv := newTestClient(t, WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport))
+	hooked := srv.Client(t)
+	hooked.AddHook(panicOnPipeline{})
+	one := redis.NewScript("return 1")
+	calls := []*call{{s: one, keys: []string{"a"}, to: hooked}, {s: one, keys: []string{"b"}, to: rdb}}
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		c.be.(*node).runOnMasters(context.Background(), calls, false)
+	}()
+	if p != "hook bug" {
+		t.Fatalf("runOnMasters' caller recovered %v, want the hook's panic", p)
+	}
+	if got, err := calls[1].cmd.Int64(); got != 1 || err != nil {
+		t.Errorf("the other master's call = %d, %v; want 1: it was not waited for", got, err)
+	}
+}
+
 // With FailClosed, a release the replicas did not acknowledge is still a
 // release: reported, never an error (docs/safety.md), and a hand-over it
 // made is not undone.

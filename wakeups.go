@@ -2,12 +2,15 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // wakeups delivers hand-over messages to the goroutines waiting for locks.
@@ -57,8 +60,10 @@ type channelSubs struct {
 	// it has.
 	pending chan struct{}
 	// err is the outcome of the first subscription, for the waiter that
-	// sent it.
-	err error
+	// sent it; panicked, the panic it ended with (a go-redis hook's, on the
+	// dial), which that waiter raises in its own goroutine.
+	err      error
+	panicked *backend.Panic
 
 	// early holds hand-overs to tokens that had no waiter yet: a waiter
 	// registers after its check joined the queue, and on a channel that is
@@ -115,6 +120,7 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			return nil, ErrClosed
 		}
 		if mine != nil && mine.err != nil {
+			mine.panicked.Raise()
 			return nil, mine.err
 		}
 		cs = w.channels[channel]
@@ -185,12 +191,17 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 // with cs.pending open, on ps, its shard's connection, and settles its
 // outcome. Called without mu held.
 func (w *wakeups) subscribeConn(ctx context.Context, channel string, cs *channelSubs, ps *redis.PubSub, sharded bool) {
-	err := subscribeOn(ctx, ps, channel, sharded)
+	var err error
+	p := backend.Run(func() { err = subscribeOn(ctx, ps, channel, sharded) })
+	if p != nil {
+		// Here it would end the process: settled as a failure instead.
+		err = fmt.Errorf("dlock: subscribing panicked: %v", p.Value)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pending := cs.pending
 	defer close(pending)
-	cs.pending, cs.err = nil, err
+	cs.pending, cs.err, cs.panicked = nil, err, p
 	if w.closed {
 		return
 	}

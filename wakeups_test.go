@@ -761,3 +761,53 @@ func TestWakeDelayedUnsubscriptionDoesNotBreakTheConnection(t *testing.T) {
 		t.Errorf("the pub/sub connection was dialed %d times after the dial was let through, want 1", n)
 	}
 }
+
+// panicDial is a go-redis hook whose dials panic while armed.
+type panicDial struct {
+	testutil.PassHook
+	armed *atomic.Bool
+}
+
+func (h panicDial) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.armed.Load() {
+			panic("dial hook bug")
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// A subscription is sent on a goroutine of the library's; a panic there
+// (a go-redis dial hook's, as the pub/sub connection is dialled) is raised
+// in the goroutine of the waiter that asked for it, where the caller can
+// recover it: the waiter leaves the queue, and the next waiter subscribes
+// and is handed the lock.
+func TestSubscriptionPanicReachesTheWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	armed := new(atomic.Bool)
+	c, _ := hookedClient(t, srv.Addr(), panicDial{armed: armed})
+	rdb := srv.Client(t)
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	held := mustLock(t, other, "k")
+	armed.Store(true)
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		_, _ = c.Lock(ctx, "k")
+	}()
+	armed.Store(false)
+	if p != "dial hook bug" {
+		t.Fatalf("Lock's caller recovered %v, want the dial hook's panic", p)
+	}
+	if n := queued(t, rdb, c, "k"); n != 0 {
+		t.Errorf("the call that panicked left %d queue entries", n)
+	}
+	got := lockAsync(ctx, c, "k")
+	waitQueuedAndSubscribed(t, rdb, c, "k")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "the next waiter")
+	_ = l.Unlock(ctx)
+}

@@ -321,7 +321,9 @@ func (w *watchdog) close() map[*hold]error {
 			w.holds[h] = struct{}{}
 			h.expiry = time.AfterFunc(time.Until(h.deadline), func() {
 				if w.remove(h) {
-					w.lose(h, fmt.Errorf("%w: %w: the lease ran out before its Unlock was answered", ErrLockLost, ErrClosed))
+					w.c.noPanic("watchdog", func() {
+						w.lose(h, fmt.Errorf("%w: %w: the lease ran out before its Unlock was answered", ErrLockLost, ErrClosed))
+					})
 				}
 			})
 		case h.handing:
@@ -412,7 +414,9 @@ func (w *watchdog) run() {
 			// reported, since Lost may call Close, which waits for it.
 			go w.renewAll(due)
 		}
-		w.loseAll(lost)
+		if len(lost) > 0 {
+			w.c.noPanic("watchdog", func() { w.loseAll(lost) })
+		}
 		// From now, not from the scan: reporting the losses (the log, the
 		// Observer) took time, which must not delay the next deadline.
 		timer.Reset(max(time.Until(next), 0))
@@ -533,7 +537,13 @@ func (w *watchdog) renew(due []*hold) {
 	}
 	w.mu.Unlock()
 	start := time.Now()
-	outcomes := w.c.be.Renew(ctx, rs)
+	var outcomes []backend.Outcome
+	if p := backend.Run(func() { outcomes = w.c.be.Renew(ctx, rs) }); p != nil {
+		// A go-redis hook's, with no caller to go to: the renewals count
+		// as unanswered (Unknown), retried until the deadlines pass.
+		p.Log(w.c.log, "dlock: renewal panicked")
+		outcomes = make([]backend.Outcome, len(rs))
+	}
 
 	w.mu.Lock()
 	// Once close has taken the holds (and cancelled this round trip), it
@@ -545,7 +555,7 @@ func (w *watchdog) renew(due []*hold) {
 	default:
 	}
 	lost := make(map[*hold]error)
-	var released []*hold
+	var released, failed []*hold
 	watched := 0 // due[:watched] were still watched: the Observer hears of those
 	for i, h := range due {
 		w.finish(h)
@@ -574,7 +584,7 @@ func (w *watchdog) renew(due []*hold) {
 			// is shorter than ttl); the deadline decides when it is lost.
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
-			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind)
+			failed = append(failed, h)
 		}
 	}
 	w.mu.Unlock()
@@ -584,10 +594,17 @@ func (w *watchdog) renew(due []*hold) {
 	// close waits for the round trip, not for the Observer: Renew and
 	// Lost may call Close.
 	w.inflight.Done()
-	if !closing {
-		w.c.renewed(due[:watched], outcomes[:watched])
-	}
-	w.loseAll(lost)
+	// The log and the Observer are the application's code: logged out of
+	// mu, and a panic there skips no loss.
+	w.c.noPanic("watchdog", func() {
+		defer w.loseAll(lost)
+		for _, h := range failed {
+			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind)
+		}
+		if !closing {
+			w.c.renewed(due[:watched], outcomes[:watched])
+		}
+	})
 	w.poke()
 }
 

@@ -729,3 +729,72 @@ func TestLocksLostTogetherEndTogether(t *testing.T) {
 		})
 	}
 }
+
+// A renewal that panics (a go-redis hook's bug) has no caller to hand the
+// panic to: it must not end the process. It counts as a renewal Redis did
+// not answer, is logged, and the next renewal keeps the lock.
+func TestWatchdogSurvivesAPanickingRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &recorder{}
+	var buf syncBuffer
+	left := new(atomic.Int32)
+	left.Store(1)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		if left.Add(-1) >= 0 {
+			panic("hook bug")
+		}
+		return nil
+	}}}, WithObserver(rec), WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
+	waitUntil(t, 5*time.Second, "a renewal after the one that panicked", func() bool {
+		return rec.count(func(r *recorder) int {
+			n := slices.IndexFunc(r.renews, func(e RenewEvent) bool { return e.Outcome == RenewNoAnswer })
+			if n < 0 || !slices.ContainsFunc(r.renews[n:], func(e RenewEvent) bool { return e.Outcome == RenewOK }) {
+				return 0
+			}
+			return 1
+		}) == 1
+	})
+	if l.Context().Err() != nil {
+		t.Fatalf("the lock was lost: %v", context.Cause(l.Context()))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "hook bug") {
+		t.Errorf("the panic was not logged: %s", buf.String())
+	}
+}
+
+// panicOnRenew is an Observer whose Renew panics, after recording.
+type panicOnRenew struct{ recorder }
+
+func (o *panicOnRenew) Renew(e RenewEvent) {
+	o.recorder.Renew(e)
+	panic("observer bug")
+}
+
+// An Observer that panics on the watchdog's goroutine does not end the
+// process, nor stop the watchdog: the lock is still renewed, and a loss
+// found by the renewal whose report panicked still ends the lock's
+// Context and is reported.
+func TestWatchdogSurvivesAPanickingObserver(t *testing.T) {
+	obs := &panicOnRenew{}
+	c, rdb, _ := newTestClient(t, WithObserver(obs))
+	l := mustLock(t, c, "k", WithTTL(300*time.Millisecond))
+	renews := func() int { return obs.count(func(r *recorder) int { return len(r.renews) }) }
+	waitUntil(t, 5*time.Second, "two renewals", func() bool { return renews() >= 2 })
+	rdb.Del(context.Background(), c.keys("k").lock) // an operator removed it
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock's Context did not end after its loss")
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l.Context()))
+	}
+	waitUntil(t, 5*time.Second, "the loss to be reported", func() bool {
+		return obs.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
+}

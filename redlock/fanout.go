@@ -70,7 +70,11 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 			if !waitAll {
 				defer b.inflight.Done()
 			}
-			v, err := fn(rctx, i, b.nodes[i].rdb)
+			var v T
+			var err error
+			if p := backend.Run(func() { v, err = fn(rctx, i, b.nodes[i].rdb) }); p != nil {
+				err = b.panicked(i, p)
+			}
 			if left.Add(-1) == 0 {
 				cancel()
 			}
@@ -113,6 +117,18 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 		}
 	}
 	return rs
+}
+
+// panicked logs the panic p of node i's request (a go-redis hook's, say)
+// and returns the node's error. The request ran on a goroutine of its own, where a panic would
+// end the process, and its caller may have stopped waiting for it: the
+// node counts as failed, as one that does not answer, which Redlock
+// tolerates. Raised in the caller instead, the panic would skip the
+// release of the holds the other nodes granted, leaving the lock taken
+// by nobody for its lease.
+func (b *redlock) panicked(i int, p *backend.Panic) error {
+	p.Log(b.log, "redlock: a node's request panicked", "node", b.nodes[i].addr)
+	return fmt.Errorf("redlock: the request panicked: %v", p.Value)
 }
 
 // nodeErrors returns the errors of the nodes that were asked and did not
