@@ -358,13 +358,13 @@ func (h *batchRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// parkedInAbandon reports whether a goroutine waits in a select of
-// attempt.abandon itself (not in the release it sends).
-func parkedInAbandon() bool {
+// parkedIn reports whether a goroutine waits in a select of fn itself
+// (not in a call it makes): "dlock.(*attempt).abandon(", say.
+func parkedIn(fn string) bool {
 	buf := make([]byte, 1<<20)
 	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
 		lines := strings.SplitN(string(g), "\n", 3)
-		if len(lines) > 1 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], "dlock.(*attempt).abandon(") {
+		if len(lines) > 1 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], fn) {
 			return true
 		}
 	}
@@ -428,7 +428,7 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 				case <-h.released:
 					return true
 				default:
-					return parkedInAbandon()
+					return parkedIn("dlock.(*attempt).abandon(") // not in the release it sends
 				}
 			})
 			if slow {

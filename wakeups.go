@@ -22,6 +22,10 @@ import (
 type wakeups struct {
 	rdb    redis.UniversalClient
 	linger time.Duration
+	// ctx ends with close: the dials under way, which go-redis makes
+	// holding its PubSub's lock, and the waits for them, end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
@@ -34,7 +38,8 @@ type wakeups struct {
 type shard struct {
 	name    string
 	ps      *redis.PubSub
-	stop    chan struct{}
+	ctx     context.Context // of its calls, ended by stop: the shard is dropped or closed
+	stop    context.CancelFunc
 	done    chan struct{}
 	reading bool // the read goroutine runs
 	count   int  // channels subscribed through it
@@ -93,9 +98,12 @@ type waiter struct {
 }
 
 func newWakeups(rdb redis.UniversalClient) *wakeups {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &wakeups{
 		rdb:      rdb,
 		linger:   5 * time.Second,
+		ctx:      ctx,
+		cancel:   cancel,
 		shards:   make(map[string]*shard),
 		channels: make(map[string]*channelSubs),
 	}
@@ -143,12 +151,14 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			// Nor with ctx's deadline: it may pass while go-redis holds its
 			// lock, and a write past it fails, which go-redis takes for a
 			// broken connection: it would close every other channel's
-			// subscriptions. Ending ctx still ends a dial.
+			// subscriptions. Ending ctx, or the shard, still ends a dial.
 			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			stop := context.AfterFunc(ctx, cancel)
+			stopShard := context.AfterFunc(sh.ctx, cancel)
 			go func() {
 				w.subscribeConn(sctx, channel, cs, sh.ps, sharded)
 				stop()
+				stopShard()
 				cancel()
 			}()
 		}
@@ -161,6 +171,7 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 		w.mu.Unlock()
 		select {
 		case <-pending:
+		case <-w.ctx.Done(): // closed
 		case <-ctx.Done():
 			w.mu.Lock()
 			return nil, ctx.Err()
@@ -285,7 +296,8 @@ func (w *wakeups) shardFor(ctx context.Context, channel string) (*shard, error) 
 	if sh := w.shards[name]; sh != nil {
 		return sh, nil
 	}
-	sh := &shard{name: name, stop: make(chan struct{}), done: make(chan struct{})}
+	sh := &shard{name: name, done: make(chan struct{})}
+	sh.ctx, sh.stop = context.WithCancel(w.ctx)
 	// A PubSub without channels connects on its first subscription.
 	sh.ps = w.rdb.Subscribe(ctx)
 	w.shards[name] = sh
@@ -299,7 +311,7 @@ func (w *wakeups) dropShardIfEmpty(sh *shard) {
 	}
 	delete(w.shards, sh.name)
 	stopRetry(sh)
-	close(sh.stop)
+	sh.stop()
 	// Not under mu: go-redis may be dialing the connection again, holding
 	// the PubSub's lock, to a master that does not answer; Close waits
 	// for that, and every other channel's hand-overs would wait with it.
@@ -361,12 +373,12 @@ func (w *wakeups) unsubscribeConn(channel string, cs *channelSubs, sharded bool)
 		sh.op.Lock()
 		// No deadline: go-redis may hold its lock past it (a redial), and
 		// a write past it fails and closes the connection of every other
-		// channel (see subscribe); its own timeouts bound the call.
-		ctx := context.Background()
+		// channel (see subscribe); its own timeouts bound the call, and
+		// the shard's end.
 		if sharded {
-			_ = ps.SUnsubscribe(ctx, channel)
+			_ = ps.SUnsubscribe(sh.ctx, channel)
 		} else {
-			_ = ps.Unsubscribe(ctx, channel)
+			_ = ps.Unsubscribe(sh.ctx, channel)
 		}
 		sh.op.Unlock()
 		w.mu.Lock()
@@ -387,7 +399,8 @@ func (w *wakeups) read(sh *shard) {
 	// live: the connection delivered something since it last broke.
 	live := false
 	for {
-		msg, err := w.conn(sh).Receive(context.Background())
+		// sh.ctx ends a redial that hangs, which holds back Close.
+		msg, err := w.conn(sh).Receive(sh.ctx)
 		// A cluster subscription lands on a node that no longer owns the
 		// channel's slot: move it (wakeups_cluster.go).
 		moved := err != nil && isRedirect(err)
@@ -413,7 +426,7 @@ func (w *wakeups) read(sh *shard) {
 		if err != nil || moved {
 			live = false
 			select {
-			case <-sh.stop:
+			case <-sh.ctx.Done():
 				return
 			default:
 			}
@@ -427,7 +440,7 @@ func (w *wakeups) read(sh *shard) {
 			}
 			backoff.Reset(100 * time.Millisecond)
 			select {
-			case <-sh.stop:
+			case <-sh.ctx.Done():
 				return
 			case <-backoff.C:
 			}
@@ -565,11 +578,10 @@ func (w *wakeups) resubscribe(sh *shard) {
 	ps, sharded := sh.ps, w.sharded != nil && *w.sharded
 	w.mu.Unlock()
 	// No deadline, as in unsubscribeConn.
-	ctx := context.Background()
 	for _, channel := range channels {
 		// A refusal comes back through Receive; a failed write has
 		// go-redis reconnect and resubscribe every channel.
-		_ = subscribeOn(ctx, ps, channel, sharded)
+		_ = subscribeOn(sh.ctx, ps, channel, sharded)
 	}
 }
 
@@ -581,6 +593,7 @@ func (w *wakeups) close() {
 		return
 	}
 	w.closed = true
+	w.cancel()
 	for _, cs := range w.channels {
 		if cs.idle != nil {
 			cs.idle.Stop()
@@ -590,14 +603,16 @@ func (w *wakeups) close() {
 	w.shards = map[string]*shard{}
 	for _, sh := range shards {
 		stopRetry(sh)
-		close(sh.stop)
+		sh.stop()
 		// Not under mu, and not waited for without bound: go-redis may
 		// be dialing the connection again, holding the PubSub's lock, to
 		// a master that does not answer (see dropShardIfEmpty).
 		go sh.ps.Close()
 	}
 	w.mu.Unlock()
-	// A reader still held by such a dial ends with it.
+	// w.ctx ended the dials; a reader held by the handshake of a
+	// connection just dialed, which only go-redis's ReadTimeout ends, is
+	// waited for no longer than closeReadersWait.
 	timer := time.NewTimer(closeReadersWait)
 	defer timer.Stop()
 	for _, sh := range shards {

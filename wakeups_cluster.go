@@ -48,7 +48,7 @@ func (w *wakeups) rebind(sh *shard) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(sh.ctx, time.Second)
 	defer cancel()
 	// Before the lock: no other channel waits for the reload. Waited for,
 	// so that the new subscription goes to the new master at once.

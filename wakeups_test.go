@@ -3,6 +3,7 @@ package dlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -810,4 +811,241 @@ func TestSubscriptionPanicReachesTheWaiter(t *testing.T) {
 	}
 	l := receiveLock(t, got, 5*time.Second, "the next waiter")
 	_ = l.Unlock(ctx)
+}
+
+// Close while go-redis's read goroutine dials the pub/sub connection again
+// to a server that does not answer, holding its PubSub's lock for up to 5
+// tries of 5 s: Close must end that dial, and the calls waiting for the
+// lock (an unsubscription whose linger ended, a resubscription after a
+// refusal) with it, not return with them, and the PubSub's Close waiting
+// for them, left running.
+func TestWakeCloseEndsHungRedial(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stuck string // the function whose PubSub call waits for the dial
+		start func(w *wakeups, idle *waiter)
+	}{
+		{"read", "(*wakeups).read", func(*wakeups, *waiter) {}},
+		{"linger end", "(*wakeups).unsubscribeConn", func(w *wakeups, idle *waiter) {
+			w.mu.Lock()
+			w.linger = 10 * time.Millisecond
+			w.mu.Unlock()
+			idle.leave()
+		}},
+		{"resubscription", "(*wakeups).resubscribe", func(w *wakeups, idle *waiter) {
+			w.mu.Lock()
+			cs := w.channels[idle.channel]
+			cs.isReady = false
+			w.mu.Unlock()
+			w.retryLater(cs.shard)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb, hd := hungDialClient(t, srv)
+			c := newClientOn(t, rdb)
+			w := c.be.(*node).wake
+			idle, err := w.subscribe(context.Background(), c.wakeChannel("idle"), "tok", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitSubscribed(t, w, idle.channel) // the connection is up and read
+			ps := shardConn(w, idle.channel)
+			w.mu.Lock()
+			sh := w.channels[idle.channel].shard
+			w.mu.Unlock()
+
+			hd.hangRedial()
+			tc.start(w, idle)
+			waitUntil(t, 5*time.Second, "the call to wait for the dial", func() bool { return inPubSubCall(ps, tc.stuck) })
+			start := time.Now()
+			closed := make(chan struct{})
+			go func() {
+				_ = c.Close()
+				close(closed)
+			}()
+			returnsSoon(t, hd, closed, start, releaseTimeout, "Close")
+			select {
+			case <-sh.done:
+			default:
+				t.Error("Close returned with the read goroutine still held by the dial")
+			}
+			// Each try of the dial would last 5 s.
+			waitUntil(t, 3*time.Second, "the calls on the connection to end", func() bool {
+				return !inPubSubCall(ps, tc.stuck) && !inPubSubCall(ps, "(*wakeups).close")
+			})
+		})
+	}
+}
+
+// A Lock waiting for the first subscription of its channel, whose dial
+// hangs, gives up with ErrClosed when the Client closes, as a Lock
+// sleeping between checks does: not when the dial ends, long after Close
+// stopped waiting for it.
+func TestWakeCloseEndsLockWaitingForHungSubscription(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, hd := hungDialClient(t, srv)
+	c := newClientOn(t, rdb)
+	holder := newClientOn(t, srv.Client(t))
+	l := mustLock(t, holder, "k")
+	defer l.Unlock(context.Background())
+	w, ch := c.be.(*node).wake, c.wakeChannel("k")
+	if _, err := w.hasSharded(context.Background(), ch); err != nil { // before the dials hang
+		t.Fatal(err)
+	}
+
+	hd.block()
+	got := lockAsync(context.Background(), c, "k")
+	hd.waitDialing()
+	var ps *redis.PubSub
+	waitUntil(t, 5*time.Second, "the subscription to wait for the dial", func() bool {
+		w.mu.Lock()
+		if cs := w.channels[ch]; cs != nil {
+			ps = cs.shard.ps
+		}
+		w.mu.Unlock()
+		return ps != nil && inPubSubCall(ps, "(*wakeups).subscribeConn")
+	})
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(closed)
+	}()
+	if r := returnsSoon(t, hd, got, start, releaseTimeout, "a Lock under way at Close"); !errors.Is(r.err, ErrClosed) {
+		if r.err == nil {
+			_ = r.l.Unlock(context.Background())
+		}
+		t.Errorf("Lock = %v, want ErrClosed", r.err)
+	}
+	returnsSoon(t, hd, closed, start, releaseTimeout, "Close")
+	// Each try of the dial would last 5 s.
+	waitUntil(t, 3*time.Second, "the dial to end", func() bool { return !inPubSubCall(ps, "(*wakeups).subscribeConn") })
+}
+
+// Close while go-redis's read goroutine waits for the handshake of the
+// pub/sub connection it dialed again, to a server that accepts connections
+// but answers nothing: no context ends that read, only the client's
+// ReadTimeout (30 s here). Close returns within its bound all the same, and
+// the read goroutine ends once the server answers.
+func TestWakeCloseBoundedByHungHandshake(t *testing.T) {
+	srv := redistest.Start(t)
+	hd := newHungDial(t, srv.Addr(), srv.Client(t))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: hd.dial, ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { hd.unblock(); _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	w, up := lingeringChannel(t, c, "up") // the connection is up and read
+	ps := shardConn(w, up)
+	w.mu.Lock()
+	sh := w.channels[up].shard
+	w.mu.Unlock()
+
+	hd.hangRedial()
+	srv.Pause(t) // accepts connections, answers nothing
+	defer srv.Resume(t)
+	hd.unblock()
+	waitUntil(t, 5*time.Second, "the handshake of the connection dialed again", func() bool { return inPubSubCall(ps, "initConn") })
+	closeWithin(t, c, "a pub/sub connection's handshake hung")
+	srv.Resume(t)
+	testutil.Receive(t, sh.done, 5*time.Second, "the read goroutine to end")
+}
+
+// muteListener returns the address of a listener that accepts connections
+// and never answers, as a server that stalls new connections does; they
+// are closed at the end of t.
+func muteListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, cn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, cn := range conns {
+			_ = cn.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A Lock waiting for the unsubscription of its channel (its linger just
+// ended), which waits for go-redis's PubSub lock, held by a handshake that
+// no context ends (a new connection the server does not answer), gives up
+// with ErrClosed when the Client closes, not when the handshake ends.
+func TestWakeCloseEndsLockWaitingForHungUnsubscription(t *testing.T) {
+	srv := redistest.Start(t)
+	mute := muteListener(t)
+	var stall atomic.Bool // new connections go to mute
+	rdb := redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), ReadTimeout: 30 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if stall.Load() {
+				addr = mute
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	admin := srv.Client(t)
+	holder := newClientOn(t, admin)
+	ctx := context.Background()
+	l := mustLock(t, holder, "k")
+	defer l.Unlock(ctx)
+	w, ch := c.be.(*node).wake, c.wakeChannel("k")
+	idle, err := w.subscribe(ctx, ch, "idle", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, w, ch)
+	ps := shardConn(w, ch)
+
+	stall.Store(true)
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the handshake of the connection dialed again", func() bool { return inPubSubCall(ps, "initConn") })
+	w.mu.Lock()
+	w.linger = 10 * time.Millisecond
+	w.mu.Unlock()
+	idle.leave()
+	waitUntil(t, 5*time.Second, "the unsubscription to wait for the handshake", func() bool { return inPubSubCall(ps, "(*wakeups).unsubscribeConn") })
+	got := lockAsync(ctx, c, "k") // its check goes on a pooled connection
+	waitUntil(t, 5*time.Second, "the Lock to wait for the unsubscription", func() bool { return parkedIn("dlock.(*wakeups).subscribe(") })
+
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(closed)
+	}()
+	select {
+	case r := <-got:
+		if !errors.Is(r.err, ErrClosed) {
+			t.Errorf("Lock = %v, want ErrClosed", r.err)
+		}
+		if d := time.Since(start); d > releaseTimeout {
+			t.Errorf("Lock returned %v after Close began, want at most %v", d.Round(time.Millisecond), releaseTimeout)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a Lock under way at Close: held back by a hung handshake for more than 5 s")
+	}
+	testutil.Receive(t, closed, 6*time.Second, "Close")
 }
