@@ -469,11 +469,20 @@ func TestWaiterThatPanicsLeavesTheQueue(t *testing.T) {
 	held := mustLock(t, c, "k")
 	other := newClientOn(t, srv.Client(t), noPolling)
 	mustPanic(t, "Lock with a panicking RetryStrategy", func() { _, _ = other.Lock(ctx, "k", WithRetry(panicRetry{})) })
-	if n := queued(t, rdb, c, "k"); n != 0 {
+	nextWaiterServed(t, c, rdb, held)
+}
+
+// nextWaiterServed checks that a call of c's that panicked while it waited
+// for held left no entry in held's queue, and that the next waiter gets the
+// lock when held is unlocked.
+func nextWaiterServed(t *testing.T, c *Client, rdb *redis.Client, held *Lock) {
+	t.Helper()
+	ctx, key := context.Background(), held.Key()
+	if n := queued(t, rdb, c, key); n != 0 {
 		t.Errorf("the call that panicked left %d queue entries", n)
 	}
-	got := lockAsync(ctx, c, "k")
-	waitQueuedAndSubscribed(t, rdb, c, "k")
+	got := lockAsync(ctx, c, key)
+	waitQueuedAndSubscribed(t, rdb, c, key)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -621,6 +621,25 @@ func TestWakeFailedSubscriptionCleanupDoesNotHoldBackOtherWaiters(t *testing.T) 
 	<-doneY
 }
 
+// endLinger has idle leave with a linger of 10 ms: its channel, which no
+// other waiter has, is unsubscribed then.
+func endLinger(w *wakeups, idle *waiter) {
+	w.mu.Lock()
+	w.linger = 10 * time.Millisecond
+	w.mu.Unlock()
+	idle.leave()
+}
+
+// refuseChannel treats idle's channel as one the server refused (an ACL):
+// it is subscribed again after a backoff.
+func refuseChannel(w *wakeups, idle *waiter) {
+	w.mu.Lock()
+	cs := w.channels[idle.channel]
+	cs.isReady = false
+	w.mu.Unlock()
+	w.retryLater(cs.shard)
+}
+
 // go-redis waits for its PubSub's lock, held while it dials the
 // connection again to a server that does not answer. The unsubscription
 // of a channel whose linger ended, and the subscription again of one the
@@ -630,23 +649,10 @@ func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		stuck string // the function whose PubSub call waits for the dial
-		start func(t *testing.T, w *wakeups, idle *waiter)
+		start func(w *wakeups, idle *waiter)
 	}{
-		{"linger end", "(*wakeups).unsubscribeConn", func(t *testing.T, w *wakeups, idle *waiter) {
-			w.mu.Lock()
-			w.linger = 10 * time.Millisecond
-			w.mu.Unlock()
-			idle.leave()
-		}},
-		{"resubscription", "(*wakeups).resubscribe", func(t *testing.T, w *wakeups, idle *waiter) {
-			// The server refused the channel (an ACL): it is subscribed
-			// again after a backoff.
-			w.mu.Lock()
-			cs := w.channels[idle.channel]
-			cs.isReady = false
-			w.mu.Unlock()
-			w.retryLater(cs.shard)
-		}},
+		{"linger end", "(*wakeups).unsubscribeConn", endLinger},
+		{"resubscription", "(*wakeups).resubscribe", refuseChannel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -672,7 +678,7 @@ func TestWakeHungConnectionDoesNotHoldBackOtherWaiters(t *testing.T) {
 
 			hd.hangRedial()
 			ps := shardConn(w, idle.channel)
-			tc.start(t, w, idle)
+			tc.start(w, idle)
 			waitUntil(t, 5*time.Second, "the network call to wait for the dial", func() bool { return inPubSubCall(ps, tc.stuck) })
 
 			// k's waiter gives up: Lock returns at once.
@@ -801,16 +807,7 @@ func TestSubscriptionPanicReachesTheWaiter(t *testing.T) {
 	if p != "dial hook bug" {
 		t.Fatalf("Lock's caller recovered %v, want the dial hook's panic", p)
 	}
-	if n := queued(t, rdb, c, "k"); n != 0 {
-		t.Errorf("the call that panicked left %d queue entries", n)
-	}
-	got := lockAsync(ctx, c, "k")
-	waitQueuedAndSubscribed(t, rdb, c, "k")
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := receiveLock(t, got, 5*time.Second, "the next waiter")
-	_ = l.Unlock(ctx)
+	nextWaiterServed(t, c, rdb, held)
 }
 
 // Close while go-redis's read goroutine dials the pub/sub connection again
@@ -826,19 +823,8 @@ func TestWakeCloseEndsHungRedial(t *testing.T) {
 		start func(w *wakeups, idle *waiter)
 	}{
 		{"read", "(*wakeups).read", func(*wakeups, *waiter) {}},
-		{"linger end", "(*wakeups).unsubscribeConn", func(w *wakeups, idle *waiter) {
-			w.mu.Lock()
-			w.linger = 10 * time.Millisecond
-			w.mu.Unlock()
-			idle.leave()
-		}},
-		{"resubscription", "(*wakeups).resubscribe", func(w *wakeups, idle *waiter) {
-			w.mu.Lock()
-			cs := w.channels[idle.channel]
-			cs.isReady = false
-			w.mu.Unlock()
-			w.retryLater(cs.shard)
-		}},
+		{"linger end", "(*wakeups).unsubscribeConn", endLinger},
+		{"resubscription", "(*wakeups).resubscribe", refuseChannel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
