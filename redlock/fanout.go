@@ -120,10 +120,10 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 }
 
 // panicked logs the panic p of node i's request (a go-redis hook's, say)
-// and returns the node's error. The request ran on a goroutine of its own, where a panic would
-// end the process, and its caller may have stopped waiting for it: the
-// node counts as failed, as one that does not answer, which Redlock
-// tolerates. Raised in the caller instead, the panic would skip the
+// and returns the node's error. The request ran on a goroutine of its
+// own, where a panic would end the process, and its caller may have
+// stopped waiting for it: the node counts as failed, as one that does not
+// answer, which Redlock tolerates. Raised in the caller instead, the panic would skip the
 // release of the holds the other nodes granted, leaving the lock taken
 // by nobody for its lease.
 func (b *redlock) panicked(i int, p *backend.Panic) error {
