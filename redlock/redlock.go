@@ -57,9 +57,10 @@
 // Close waits for the acquisitions under way and the requests still in
 // flight to hung nodes, up to their timeouts (about a second at most with
 // ContextTimeoutEnabled clients; twice that for a release that waited for
-// its node's acquire to time out first), and for the waiters' pub/sub connection
-// being set up to a hung node, up to the node client's DialTimeout (5 s by
-// default).
+// its node's acquire to time out first), and for the waiters' pub/sub
+// connections a second at most: Close ends their dials, and leaves the
+// handshake of one with a hung node, which only the node client's
+// ReadTimeout ends, to end on its own.
 //
 // Keys: for a lock K and the default prefix, each node has the hash
 // dlock:{K} (owner token -> hold count, plus fence, metadata, grant time

@@ -1,11 +1,18 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -98,4 +105,64 @@ func TestOneReleaseWakesAWaiterOnce(t *testing.T) {
 	if n := attempts(); n != 3 {
 		t.Errorf("the waiter made %d attempts after x's release, want 1: woken again by the same release", n-2)
 	}
+}
+
+// wakeups.go: Close while the reader of a node's pub/sub connection waits
+// for the handshake of that connection, to a node that accepts connections
+// and answers nothing: no context ends that read, only the node client's
+// ReadTimeout (30 s here), and go-redis holds its PubSub's lock through it.
+// Close returns within its bound all the same.
+func TestCloseBoundedByHungPubSubHandshake(t *testing.T) {
+	cl := startCluster(t, 3)
+	holder := cl.locker(t)
+	l := mustLock(t, holder, "busy")
+	defer l.Unlock(context.Background())
+	nodes := slices.Clone(cl.nodes)
+	slow := redis.NewClient(&redis.Options{Addr: cl.srvs[2].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { slow.Close() })
+	nodes[2] = slow
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := cl.srvs[2]
+	hung.Pause(t) // accepts connections, answers nothing
+	defer hung.Resume(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(context.Background(), "busy")
+		errc <- err
+	}()
+	waitUntil(t, 10*time.Second, "the handshake of the pub/sub connection to the hung node", func() bool {
+		return inOneGoroutine("redlock.(*nodeSub).read(", ".initConn(")
+	})
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		waiter.Close()
+		closed <- time.Since(start)
+	}()
+	select {
+	case d := <-closed:
+		t.Logf("Close took %v", d)
+	case <-time.After(6 * time.Second):
+		t.Errorf("Close still blocked after %v with a pub/sub handshake hung (documented: up to 5 s in all)", time.Since(start).Round(time.Millisecond))
+		hung.Resume(t)
+		<-closed
+	}
+	if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Lock after Close = %v, want ErrClosed", err)
+	}
+}
+
+// inOneGoroutine reports whether some goroutine's stack holds every one
+// of frames.
+func inOneGoroutine(frames ...string) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+		if !slices.ContainsFunc(frames, func(f string) bool { return !bytes.Contains(g, []byte(f)) }) {
+			return true
+		}
+	}
+	return false
 }

@@ -22,6 +22,10 @@ const (
 	// the other channels' messages meanwhile.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
+	// closeWait bounds how long close waits for the goroutines: one held
+	// by the handshake of a connection just dialed, which only the node
+	// client's ReadTimeout ends, is left to end on its own.
+	closeWait = time.Second
 )
 
 // hub tells the goroutines of one Client waiting for locks when a lock was
@@ -365,12 +369,26 @@ func (h *hub) close() {
 	}
 	subs := h.subs
 	h.mu.Unlock()
+	// h.ctx ends the dials under way.
 	h.cancel()
 	for _, s := range subs {
 		close(s.stop)
-		_ = s.ps.Close()
+		// Not waited for: go-redis holds the PubSub's lock through the
+		// handshake of a connection it dials, to a node that may not
+		// answer.
+		go s.ps.Close()
 	}
-	h.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 // control keeps the node's subscriptions equal to the hub's channels.
