@@ -297,18 +297,24 @@ func TestReplicaAck(t *testing.T) {
 
 		// An operator's force release is waited for too.
 		sem := c.Semaphore("forced", 2)
-		for kind, force := range map[string]func(*Lock) error{
-			"lock":      func(l *Lock) error { return c.ForceRelease(ctx, "forced", WithExpectedOwner(l.Token())) },
-			"semaphore": func(l *Lock) error { return sem.ForceRelease(ctx, l.Token()) },
+		for kind, tc := range map[string]struct {
+			take  func() (*Lock, error)
+			force func(*Lock) error
+		}{
+			"lock": {
+				func() (*Lock, error) { return c.TryLock(ctx, "forced", WithoutRenewal()) },
+				func(l *Lock) error { return c.ForceRelease(ctx, "forced", WithExpectedOwner(l.Token())) },
+			},
+			"semaphore": {
+				func() (*Lock, error) { return sem.TryAcquire(ctx, 1, WithoutRenewal()) },
+				func(l *Lock) error { return sem.ForceRelease(ctx, l.Token()) },
+			},
 		} {
-			l, err := c.TryLock(ctx, "forced", WithoutRenewal())
-			if kind == "semaphore" {
-				l, err = sem.TryAcquire(ctx, 1, WithoutRenewal())
-			}
+			l, err := tc.take()
 			if err != nil {
 				t.Fatalf("%s: taking = %v", kind, err)
 			}
-			if err := force(l); err != nil {
+			if err := tc.force(l); err != nil {
 				t.Fatalf("%s: ForceRelease = %v", kind, err)
 			}
 			if ops := strings.Join(reports.ops(l.Token()), ","); ops != "acquire,force release" {
