@@ -128,7 +128,7 @@ func (c *Client) Close() error {
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis
 		// client is still open.
-		waitBy(&c.ops, deadline)
+		backend.WaitBy(&c.ops, deadline)
 	})
 	// Once Close is done: the Observer's Lost may call Close itself.
 	for h, cause := range lost {
@@ -144,21 +144,6 @@ func (c *Client) Close() error {
 func (c *Client) noPanic(what string, f func()) {
 	if p := backend.Run(f); p != nil {
 		p.Log(c.log, "dlock: panic in the "+what)
-	}
-}
-
-// waitBy waits for wg until deadline at the latest.
-func waitBy(wg *sync.WaitGroup, deadline time.Time) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
 	}
 }
 

@@ -347,7 +347,7 @@ func (w *watchdog) close() map[*hold]error {
 // ContextTimeoutEnabled): a renewal stuck on a hung Redis is not waited for
 // past deadline. Once it ends it finds the holds gone and reports nothing.
 func (w *watchdog) wait(deadline time.Time) {
-	waitBy(&w.inflight, deadline)
+	backend.WaitBy(&w.inflight, deadline)
 }
 
 func (w *watchdog) lose(h *hold, cause error) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -378,17 +379,7 @@ func (h *hub) close() {
 		// answer.
 		go s.ps.Close()
 	}
-	done := make(chan struct{})
-	go func() {
-		h.wg.Wait()
-		close(done)
-	}()
-	timer := time.NewTimer(closeWait)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-	}
+	backend.WaitBy(&h.wg, time.Now().Add(closeWait))
 }
 
 // control keeps the node's subscriptions equal to the hub's channels.
