@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 type batcher struct {
 	rdb         redis.UniversalClient
 	maxInflight int
+	log         *slog.Logger // for a panic no caller is left to raise
 
 	mu       sync.Mutex
 	inflight int
@@ -33,6 +35,8 @@ type batchCall struct {
 	call *evalCall
 	cmd  *redis.Cmd
 	sent bool
+	// left is set once its caller stopped waiting for it, sent.
+	left bool
 	done chan struct{}
 	// panicked is the panic its batch's send ended with (a go-redis
 	// hook's) before this call had its reply: its caller raises it.
@@ -44,12 +48,12 @@ type batchCall struct {
 // it is sent (the call then fails with an inFlightError).
 const batchTimeout = 10 * time.Second
 
-func newBatcher(rdb redis.UniversalClient) *batcher {
+func newBatcher(rdb redis.UniversalClient, log *slog.Logger) *batcher {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// A cluster pipeline splits by node anyway; keep it simple there.
 		return &batcher{rdb: rdb, maxInflight: -1}
 	}
-	return &batcher{rdb: rdb, maxInflight: 2}
+	return &batcher{rdb: rdb, maxInflight: 2, log: log}
 }
 
 // errNoAnswer is the error of a batched call that Redis did not answer
@@ -133,17 +137,21 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 		b.mu.Unlock()
 		return notSent(ctx)
 	}
-	b.mu.Unlock()
 	// Already on the wire: it may have run. The caller, whose ctx has
 	// ended, does not wait out the batch's own timeout on a Redis that does
 	// not answer: an error says that the outcome is unknown, as a reply cut
 	// short at ctx's end would (acquire then abandons, Unlock gives up).
+	// Marked left under mu, where send looks for a caller to raise its
+	// panic.
 	select {
 	case <-c.done:
+		b.mu.Unlock()
 		c.panicked.Raise()
 		return c.cmd
 	default:
+		c.left = true
 	}
+	b.mu.Unlock()
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: c.done})
 	return cmd
@@ -169,7 +177,8 @@ func (b *batcher) release() {
 // send sends batch as one pipeline. A panic on the way (a go-redis hook's)
 // goes to the callers still without their reply, raised in their own
 // goroutines (run), where they can recover it: here it would end the
-// process. The slot is used or given back either way.
+// process. With none of them still waiting, it is logged. The slot is used
+// or given back either way.
 func (b *batcher) send(batch []*batchCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	answered := 0
@@ -192,9 +201,20 @@ func (b *batcher) send(batch []*batchCall) {
 			answered++
 		}
 	})
-	for _, c := range batch[answered:] {
-		c.panicked = p
-		close(c.done)
+	if p != nil {
+		b.mu.Lock()
+		waiting := 0
+		for _, c := range batch[answered:] {
+			c.panicked = p
+			if !c.left {
+				waiting++
+			}
+			close(c.done)
+		}
+		b.mu.Unlock()
+		if waiting == 0 {
+			p.Log(b.log, "dlock: panic in a batch whose callers had stopped waiting")
+		}
 	}
 	cancel()
 	b.release()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -527,4 +528,71 @@ func TestBatchTimeoutIsNotTheCallersDeadline(t *testing.T) {
 			t.Errorf("AcquireEnd = %+v, want degraded", e)
 		}
 	}
+}
+
+// panicAfterBatchedRelease is a hook that panics once a pipeline holding
+// a release has had its reply, like a hook that inspects replies.
+type panicAfterBatchedRelease struct{ testutil.PassHook }
+
+func (panicAfterBatchedRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &releaseEval.sha {
+				panic("hook bug")
+			}
+		}
+		return err
+	}
+}
+
+// A batch's panic that no caller is left to raise (each stopped waiting
+// once its call was sent) is logged, not dropped without a trace.
+func TestBatchPanicWithNoCallerLeftIsLogged(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	var logs syncBuffer
+	c, rdb := hookedClient(t, proxy.Addr(), panicAfterBatchedRelease{}, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	b := c.be.(*node).batch
+	ctx := context.Background()
+	// Both slots' calls find a connection made: a call still dialling
+	// when its context is cancelled does not return until the dial fails.
+	conns := []*redis.Conn{rdb.Conn(), rdb.Conn()}
+	for _, conn := range conns {
+		if err := conn.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, conn := range conns {
+		conn.Close() // back to the pool
+	}
+	release := func(ctx context.Context) error {
+		// What it releases does not matter: only that a release is sent.
+		return b.run(ctx, releaseEval, []any{"k"}, "token").Err()
+	}
+
+	proxy.Freeze()
+	first, cancelFirst := context.WithCancel(ctx)
+	slots := make(chan error, 2)
+	go func() { slots <- release(first) }()
+	go func() { slots <- release(ctx) }()
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	queued, cancelQueued := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- release(queued) }()
+	waitUntil(t, 5*time.Second, "the call to queue", func() bool { _, q := inflight(c); return q == 1 })
+	cancelFirst() // its slot sends the queue
+	<-slots
+	waitUntil(t, 5*time.Second, "the queue sent", func() bool { r, q := inflight(c); return r == 2 && q == 0 })
+	cancelQueued()
+	if err := <-left; !errors.As(err, new(inFlightError)) {
+		t.Fatalf("the queued call's caller got %v, want it to leave the call in flight", err)
+	}
+	proxy.Thaw()
+	<-slots
+	waitUntil(t, 5*time.Second, "the panic logged", func() bool { return strings.Contains(logs.String(), "hook bug") })
+	waitUntil(t, 5*time.Second, "no slot in flight and nothing queued", func() bool {
+		r, q := inflight(c)
+		return r == 0 && q == 0
+	})
 }

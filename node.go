@@ -31,7 +31,7 @@ type node struct {
 
 func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
 	return &node{rdb: rdb, prefix: s.Prefix, queueTTL: s.QueueTTL, log: s.Log, wake: newWakeups(rdb), closed: make(chan struct{}),
-		batch: newBatcher(rdb), id: backend.NewToken()[:16]}
+		batch: newBatcher(rdb, s.Log), id: backend.NewToken()[:16]}
 }
 
 func leaseKeys(l *backend.Lease) *lockKeys { return l.Data.(*lockKeys) }
