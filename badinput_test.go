@@ -142,6 +142,15 @@ func TestBadInputTable(t *testing.T) {
 		{"nil Semaphore Inspect", func() error { _, err := (*Semaphore)(nil).Inspect(ctx); return err }, ErrInvalidOption},
 		{"nil RWMutex Lock", func() error { _, err := (*RWMutex)(nil).Lock(ctx); return err }, ErrInvalidOption},
 		{"nil RWMutex ForceRelease", func() error { return (*RWMutex)(nil).ForceRelease(ctx, "abc") }, ErrInvalidOption},
+		{"nil Semaphore and RWMutex accessors", func() error {
+			var s *Semaphore
+			var m *RWMutex
+			if s.Name() != "" || s.Capacity() != 0 || m.Name() != "" {
+				return errors.New("a nil Semaphore or RWMutex reports a name or capacity")
+			}
+			_, err := s.Available(ctx)
+			return err
+		}, ErrInvalidOption},
 		{"nil Lock Unlock", func() error { return (*Lock)(nil).Unlock(ctx) }, ErrNotHeld},
 		{"nil Lock Extend", func() error { return (*Lock)(nil).Extend(ctx, time.Second) }, ErrNotHeld},
 		{"nil Lock TTL", func() error { _, err := (*Lock)(nil).TTL(ctx); return err }, ErrNotHeld},

@@ -20,8 +20,8 @@ func (c *Client) RWMutex(name string) *RWMutex {
 	return &RWMutex{Semaphore{c: c, name: name, capacity: MaxPermits, kind: "rwmutex"}}
 }
 
-// Name returns the lock's name.
-func (m *RWMutex) Name() string { return m.s.name }
+// Name returns the lock's name ("" for a nil m).
+func (m *RWMutex) Name() string { return m.sem().Name() }
 
 // sem is the Semaphore m is; nil for a nil m, whose calls then fail as
 // those of a Semaphore without a Client do.

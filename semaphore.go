@@ -63,11 +63,21 @@ func (c *Client) Semaphore(name string, capacity int64) *Semaphore {
 	return &Semaphore{c: c, name: name, capacity: capacity, kind: "semaphore"}
 }
 
-// Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
+// Name returns the semaphore's name ("" for a nil s).
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
-// Capacity returns how many permits the semaphore has.
-func (s *Semaphore) Capacity() int64 { return s.capacity }
+// Capacity returns how many permits the semaphore has (0 for a nil s).
+func (s *Semaphore) Capacity() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.capacity
+}
 
 // Acquire takes n permits, waiting until they are granted or ctx ends. The
 // returned Lock stands for the n permits: Unlock gives them back, its

@@ -660,6 +660,60 @@ func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
 	}
 }
 
+// A waiter of another capacity can only queue while no permits are held,
+// behind a waiter that then takes some. Refused at its next check, or
+// giving up, it leaves: the waiters it held back, of the holders'
+// capacity, are served then (noPolling), as when any waiter leaves.
+func TestSemaphoreWaiterOfOtherCapacityLeavingLetsOthersIn(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	small := c.Semaphore("pool", 2)
+	big := newClientOn(t, srv.Client(t), noPolling).Semaphore("pool", 5)
+	k := semKeys(small)
+	dead, err := small.Acquire(ctx, 2, WithTTL(200*time.Millisecond), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter of capacity 2 in another process, checking by hand.
+	const first = "0123456789abcdef0123456789abcdef"
+	check := func() []int64 {
+		t.Helper()
+		res, err := permitsAcquireScript.Run(ctx, rdb, k.all(), first, 60000, "m", "1", 60000, 60000, "cl", 1, 2).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := check(); res[0] != 0 {
+		t.Fatalf("the first waiter's check with every permit held: %v", res)
+	}
+	waitUntil(t, 5*time.Second, "the holder's lease to run out", func() bool {
+		v, err := permitsTTLScript.Run(ctx, rdb, []string{k.lock}, dead.Token()).Int64()
+		return err == nil && v == -3
+	})
+	// Nobody holds permits: capacity 5 queues, behind the first waiter.
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	other := acquireAsync(bctx, big, 1)
+	waitSemQueued(t, rdb, big, 2)
+	if res := check(); res[0] != 1 {
+		t.Fatalf("the first waiter's check with no permit held: %v", res)
+	}
+	// One permit is free, but capacity 5's waiter comes first.
+	next := acquireAsync(ctx, small, 1)
+	waitSemQueued(t, rdb, small, 2)
+	notYet(t, next, "the waiter behind the one of another capacity")
+	cancel()
+	if r := <-other; r.err == nil {
+		t.Fatal("capacity 5 was granted a permit while capacity 2's are held")
+	}
+	l := received(t, next, "the waiter behind the one of another capacity that left")
+	_ = l.Unlock(ctx)
+	if err := permitsReleaseScript.Run(ctx, rdb, k.all(), first, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A semaphore's refusals read the same whatever the server's version: a
 // script raises them as strings, which Redis before 7.0 replies after its
 // own prefix (a raised table it cannot reply at all).

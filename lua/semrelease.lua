@@ -27,8 +27,15 @@ if not h and not leave then each_holder(function() end, true) end
 if h then drop(s, token, h) end
 -- A live holder's permits go to the waiters under the capacity it was
 -- granted with: an operator's ForceRelease (admin_permits.go) may give
--- another (an Unlock gives that one).
-if h and h.expiry > now_ms then capacity = h.capacity end
+-- another (an Unlock gives that one). Otherwise the waiters are served
+-- under the capacity every holder left was granted with, if any: a waiter
+-- leaving may give another (refused for it), and under that one the
+-- waiters it held back would wait for their next check.
+if h and h.expiry > now_ms then
+  capacity = h.capacity
+elseif s.soonest then
+  capacity = s.capacity
+end
 -- The release stands even if the queue cannot be left or served (other
 -- data at its names: Redis does not roll a failed script back).
 pcall(function()
