@@ -279,6 +279,49 @@ func TestDegradedModeWhenRedisIsBusy(t *testing.T) {
 	}
 }
 
+// A server that answers that it cannot take writes for now (a replica:
+// READONLY; a replica cut off from its master that serves no stale data:
+// MASTERDOWN) cannot serve the lock either: in the degraded mode, Lock
+// falls back to the in-process lock; without it, Lock returns that answer.
+func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
+	ctx := context.Background()
+	master := redistest.Start(t)
+	gone := redistest.Start(t)
+	gone.Stop(t) // nothing listens at its address any more
+	for _, tc := range []struct {
+		reply  string
+		master *redistest.Server
+		config []string
+	}{
+		{"READONLY", master, nil},
+		{"MASTERDOWN", gone, []string{"replica-serve-stale-data", "no"}},
+	} {
+		t.Run(tc.reply, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := failFastClient(t, srv)
+			if len(tc.config) > 0 {
+				if err := rdb.ConfigSet(ctx, tc.config[0], tc.config[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(tc.master.Port())).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := newClientOn(t, rdb).TryLock(ctx, "job")
+			if err == nil || !strings.Contains(err.Error(), tc.reply) {
+				t.Fatalf("TryLock on the replica = %v, want the server's %s answer", err, tc.reply)
+			}
+			l, err := newClientOn(t, rdb, WithDegradedMode(LocalFallback)).Lock(ctx, "job")
+			if err != nil || !l.Degraded() {
+				t.Fatalf("Lock on the replica = %v, %v; want a degraded lock", l, err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // Re-entering a degraded lock with an ended context fails, as it does for
 // a lock from Redis, and leaves the hold count as it was.
 func TestDegradedReenterWithEndedContext(t *testing.T) {

@@ -32,6 +32,11 @@ func TestBadInput(t *testing.T) {
 		{"nil buckets", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithWaitBuckets(nil), dlockprom.WithHoldBuckets([]float64{})}, nil},
 		{"buckets not increasing", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithWaitBuckets([]float64{2, 1})}, dlock.ErrInvalidOption},
 		{"empty namespace", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithNamespace("")}, nil},
+		// Refused by client_golang when registered, not at use: still a bad
+		// option, not a clash with metrics already on the registry.
+		{"const label named as a variable one", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithConstLabels(prometheus.Labels{"kind": "worker"})}, dlock.ErrInvalidOption},
+		{"const label value not UTF-8", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithConstLabels(prometheus.Labels{"app": "\xff"})}, dlock.ErrInvalidOption},
+		{"const label __name__", prometheus.NewRegistry(), []dlockprom.Option{dlockprom.WithConstLabels(prometheus.Labels{"__name__": "x"})}, dlock.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

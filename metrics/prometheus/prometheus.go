@@ -108,10 +108,11 @@ type Observer struct {
 var _ dlock.Observer = (*Observer)(nil)
 
 // New creates the metrics and registers them on reg (for example
-// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Histogram
-// options client_golang refuses (buckets not increasing, a const label
-// "le") are an error wrapping dlock.ErrInvalidOption, and nothing is
-// registered; so is a nil reg (a nil pointer too).
+// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Options
+// client_golang refuses (buckets not increasing, a const label "le" or
+// named as a variable label, such as "group" or "kind") are an error
+// wrapping dlock.ErrInvalidOption, and nothing is registered; so is a nil
+// reg (a nil pointer too).
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	// A nil *prometheus.Registry would panic in Register.
 	if backend.IsNil(reg) {
@@ -150,10 +151,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "kind", "reason"),
 		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "kind", "outcome"),
 	}
+	cs := []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
+	errs = append(errs, checkDescs(cs))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: %w", dlock.ErrInvalidOption, err)
 	}
-	cs := []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] { // all or nothing
@@ -175,6 +177,21 @@ func checkHistogram(opts prometheus.HistogramOpts) (err error) {
 		}
 	}()
 	prometheus.NewHistogram(opts)
+	return nil
+}
+
+// checkDescs returns the error of metrics whose options client_golang
+// refuses only when they are registered (a const label named as one of
+// their labels, or not a valid label, or a value that is not UTF-8): on a
+// registry of their own, so that a clash with what reg already holds is
+// not taken for a bad option.
+func checkDescs(cs []prometheus.Collector) error {
+	scratch := prometheus.NewRegistry()
+	for _, c := range cs {
+		if err := scratch.Register(c); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

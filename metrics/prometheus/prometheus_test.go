@@ -221,6 +221,8 @@ func TestFailedNewRegistersNothing(t *testing.T) {
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlock_hold_seconds", Help: "someone else's"}))
 	if _, err := dlockprom.New(reg); err == nil {
 		t.Fatal("New succeeded despite a conflicting metric")
+	} else if errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("a clash with the registry's metrics taken for a bad option: %v", err)
 	}
 	// Collectors are identified by their metrics' names and const labels.
 	for _, name := range []string{"acquire_attempts_total", "acquisitions_total", "acquire_wait_seconds", "acquires_in_flight"} {
