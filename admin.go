@@ -33,13 +33,20 @@ type LockInfo struct {
 // not take or change anything. Like the other operator calls, it needs a
 // single deployment: on a Client made by redlock.New it returns an error
 // wrapping errors.ErrUnsupported.
+//
+// Other data than a lock's at key's name is an error wrapping
+// ErrWrongType, with a nil LockInfo. Other data at the names the lock
+// keeps its fence counter or its waiters under is one too, but the lock
+// is still read and returned with it: an operator sees (and
+// ForceRelease may remove) the holder, whose lock is sound. Waiters (and
+// a free lock's Fence) then read as 0.
 func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	n, err := c.admin(key)
 	if err != nil {
 		return nil, err
 	}
 	v, err := inspectScript.Run(ctx, n.rdb, n.keys(key).all()).Slice()
-	if err == nil && len(v) != 4 {
+	if err == nil && len(v) != 5 {
 		err = fmt.Errorf("inspect script replied %v", v)
 	}
 	if err != nil {
@@ -72,6 +79,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	}
 	if info.Held && pttl > 0 {
 		info.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	if other, _ := v[4].(string); other != "" {
+		return info, fmt.Errorf("dlock: inspect %q: %w: other data at the lock's %s name", key, ErrWrongType, strings.ReplaceAll(other, " ", " and "))
 	}
 	return info, nil
 }

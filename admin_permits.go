@@ -35,6 +35,11 @@ type PermitsInfo struct {
 // differ from s's (Acquire with s then fails); s's when nobody holds
 // permits. Like Available, it needs a single deployment: on a Client made
 // by redlock.New it returns an error wrapping errors.ErrUnsupported.
+//
+// Other data than a semaphore's at its name is an error wrapping
+// ErrWrongType, with a nil SemaphoreInfo. Other data at the name its
+// waiters are kept under is one too, but the holders are still read and
+// returned with it (Waiters 0), for an operator to see and ForceRelease.
 func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 	n, k, err := s.admin()
 	if err != nil {
@@ -64,6 +69,10 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 		info.Holders = append(info.Holders, h)
 	}
 	slices.SortFunc(info.Holders, func(a, b PermitsInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	if info.Waiters < 0 {
+		info.Waiters = 0
+		return info, fmt.Errorf("dlock: %s inspect %q: %w: other data at its waiters name", s.kind, s.name, ErrWrongType)
+	}
 	return info, nil
 }
 

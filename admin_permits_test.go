@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -265,5 +267,36 @@ func TestSemaphoreAdminWrongType(t *testing.T) {
 	rdb.Set(ctx, k.lock, "x", 0)
 	if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Unlock with other data at the holders' name = %v, want ErrLockLost", err)
+	}
+}
+
+// Other data at a semaphore's waiters name is an error of Inspect's
+// (ErrWrongType), but the holders are sound: Inspect still returns them,
+// so that an operator sees the holder that ForceRelease removes.
+func TestSemaphoreInspectForeignDataAtWaiters(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("other", 2)
+	k := semKeys(s)
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.RPush(ctx, k.waiters, "other data")
+	info, err := s.Inspect(ctx)
+	if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), "waiters") {
+		t.Errorf("Inspect error %v, want ErrWrongType naming the waiters", err)
+	}
+	if info == nil || len(info.Holders) != 1 || info.Holders[0].Owner != l.Token() || info.InUse != 1 || info.Waiters != 0 {
+		t.Fatalf("Inspect = %+v, want the holder %s", info, l.Token())
+	}
+	if err := s.ForceRelease(ctx, l.Token()); err != nil {
+		t.Errorf("ForceRelease = %v", err)
+	}
+	if info, err := s.Inspect(ctx); info == nil || len(info.Holders) != 0 || !errors.Is(err, ErrWrongType) {
+		t.Errorf("Inspect after ForceRelease = %+v, %v; want no holder, with ErrWrongType", info, err)
+	}
+	if got := rdb.LRange(ctx, k.waiters, 0, -1).Val(); !slices.Equal(got, []string{"other data"}) {
+		t.Errorf("the other code's data is now %q", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -510,4 +511,39 @@ func TestListSemaphoreWithoutHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	check()
+}
+
+// Other data at a lock's fence counter or waiters name is an error of
+// Inspect's (ErrWrongType), but the lock itself is sound: Inspect still
+// returns it, so that an operator sees the holder that ForceRelease
+// removes.
+func TestInspectForeignDataAtLockNames(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, name := range []string{"fence", "waiters"} {
+		k := c.keys(name)
+		l := mustLock(t, c, name)
+		other := k.fence
+		if name == "waiters" {
+			other = k.waiters
+		}
+		rdb.Del(ctx, other)
+		rdb.RPush(ctx, other, "other data")
+		info, err := c.Inspect(ctx, name)
+		if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: Inspect error %v, want ErrWrongType naming the %s", name, err, name)
+		}
+		if info == nil || !info.Held || info.Owner != l.Token() || info.Fence != l.Fence() || info.TTL <= 0 || info.Waiters != 0 {
+			t.Errorf("%s: Inspect = %+v, want the lock as held by %s (fence %d)", name, info, l.Token(), l.Fence())
+		}
+		if err := c.ForceRelease(ctx, name, WithExpectedOwner(l.Token())); err != nil {
+			t.Errorf("%s: ForceRelease = %v", name, err)
+		}
+		if info, err := c.Inspect(ctx, name); info == nil || info.Held || !errors.Is(err, ErrWrongType) {
+			t.Errorf("%s: Inspect after ForceRelease = %+v, %v; want free, with ErrWrongType", name, info, err)
+		}
+		if got := rdb.LRange(ctx, other, 0, -1).Val(); !slices.Equal(got, []string{"other data"}) {
+			t.Errorf("%s: the other code's data is now %q", name, got)
+		}
+	}
 }

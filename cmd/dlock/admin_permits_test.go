@@ -273,3 +273,85 @@ func table(s string) [][]string {
 	}
 	return out
 }
+
+// --capacity M says KEY is a semaphore of M permits, as for run: inspect
+// and release --force refuse an M other than the one the holders were
+// granted under (status 64, nothing removed), as run does, and say which
+// one that is, where they showed, or took permits from, another
+// semaphore than the operator named.
+func TestAdminPermitsCapacityMismatch(t *testing.T) {
+	t.Parallel()
+	url, c := adminServer(t)
+	l, err := c.Semaphore("encoders", 3).Acquire(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"inspect", "--capacity", "5", "encoders"},
+		{"inspect", "--capacity", "5", "--json", "encoders"},
+		{"release", "--force", "--capacity", "5", "--owner", l.Token(), "encoders"},
+	} {
+		r := dlockRun(t, nil, append([]string{"--redis", url}, args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "capacity 3") || r.stdout != "" {
+			t.Errorf("dlock %s: status %d\nstdout:\n%s\nstderr: %s\nwant %d and the holders' capacity", strings.Join(args, " "), r.code, r.stdout, r.stderr, exitUsage)
+		}
+	}
+	if info := semInspect(t, c, "encoders", 3); len(info.Holders) != 1 {
+		t.Errorf("release --force --capacity 5 removed a holder of capacity 3: %+v", info)
+	}
+	// Nobody holds permits: M is the capacity, as run would take it.
+	r := dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "5", "idle").want(t, 0)
+	if !strings.Contains(r.stdout, "capacity  5") {
+		t.Errorf("inspect --capacity 5 of an idle semaphore:\n%s", r.stdout)
+	}
+}
+
+// Other code's data at a semaphore's waiters name does not hide the
+// semaphore's holders: list --long shows it and names the trouble on
+// stderr (status 1), inspect prints it (status 1), and release --force
+// takes a holder's permits away, leaving the other code's data as it was.
+func TestAdminPermitsForeignDataAtWaiters(t *testing.T) {
+	t.Parallel()
+	url, c, rdb := adminServerAndConn(t)
+	ctx := context.Background()
+	l, err := c.Semaphore("enc", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "dlock:{enc}:semaphore:waiters"
+	if err := rdb.RPush(ctx, other, "other data").Err(); err != nil {
+		t.Fatal(err)
+	}
+	reported := func(what string, r result) {
+		t.Helper()
+		if r.code != exitFailure || !strings.Contains(r.stderr, "wrong type") || !strings.Contains(r.stderr, `"enc"`) {
+			t.Errorf("%s: status %d, stderr %q; want %d and the wrong type", what, r.code, r.stderr, exitFailure)
+		}
+	}
+	r := dlockRun(t, nil, "--redis", url, "list", "--long", "--kind", "semaphore")
+	if got := lines(r.stdout); len(got) != 2 || !strings.HasPrefix(got[1], "enc ") {
+		t.Errorf("list --long --kind semaphore does not show the semaphore:\n%s", r.stdout)
+	}
+	reported("list --long", r)
+	r = dlockRun(t, nil, "--redis", url, "list", "--long", "--kind", "semaphore", "--json")
+	var infos []dlock.SemaphoreInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 {
+		t.Errorf("list --long --kind semaphore --json: %v\n%s", err, r.stdout)
+	}
+	reported("list --long --json", r)
+	r = dlockRun(t, nil, "--redis", url, "inspect", "--capacity", "2", "enc")
+	if !strings.Contains(r.stdout, "owner     "+l.Token()) {
+		t.Errorf("inspect does not show the holder:\n%s", r.stdout)
+	}
+	reported("inspect", r)
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", l.Token(), "enc")
+	if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
+		t.Errorf("release --force: status %d\nstdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if n := rdb.Exists(ctx, "dlock:{enc}:semaphore").Val(); n != 0 {
+		t.Error("the holder is still there after release --force")
+	}
+	if got := rdb.LRange(ctx, other, 0, -1).Val(); !slices.Equal(got, []string{"other data"}) {
+		t.Errorf("the other code's data is now %q", got)
+	}
+}

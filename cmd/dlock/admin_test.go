@@ -317,3 +317,67 @@ func checkHandedOver(t *testing.T, holder, waiter *proc, log string) {
 		t.Errorf("log %q", got)
 	}
 }
+
+// Other code's data at a held lock's fence counter, queue or waiters name
+// does not hide the lock: list --long shows it and names the trouble on
+// stderr (status 1), inspect prints it (status 1), and release --force
+// removes it, leaving the other code's data as it was.
+func TestAdminForeignDataAtLockNames(t *testing.T) {
+	t.Parallel()
+	url, c, rdb := adminServerAndConn(t)
+	ctx := context.Background()
+	for _, name := range []string{"fence", "queue", "waiters"} {
+		l, err := c.Lock(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := "dlock:{" + name + "}:" + name
+		// A list, which neither a fence counter (a string) nor the queue
+		// (a sorted set) nor the waiters (a hash) can be read as.
+		if err := rdb.Del(ctx, other).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.RPush(ctx, other, "other data").Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Inspect reads no queue: other data there is for the lock's
+		// waiters to meet, not for the operator's reads.
+		wantCode, wantErr := exitFailure, "wrong type"
+		if name == "queue" {
+			wantCode, wantErr = 0, ""
+		}
+		reported := func(what string, r result) {
+			t.Helper()
+			if r.code != wantCode || !strings.Contains(r.stderr, wantErr) || wantErr != "" && !strings.Contains(r.stderr, `"`+name+`"`) {
+				t.Errorf("%s: %s: status %d, stderr %q; want %d and %q", name, what, r.code, r.stderr, wantCode, wantErr)
+			}
+		}
+		r := dlockRun(t, nil, "--redis", url, "list", "--long", name)
+		if got := lines(r.stdout); len(got) != 2 || !strings.HasPrefix(got[1], name+" ") {
+			t.Errorf("%s: list --long does not show the lock:\n%s\nstderr: %s", name, r.stdout, r.stderr)
+		}
+		reported("list --long", r)
+		r = dlockRun(t, nil, "--redis", url, "list", "--long", "--json", name)
+		var infos []dlock.LockInfo
+		if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || infos[0].Owner != l.Token() {
+			t.Errorf("%s: list --long --json: %v\n%s", name, err, r.stdout)
+		}
+		reported("list --long --json", r)
+		r = dlockRun(t, nil, "--redis", url, "inspect", name)
+		if !strings.Contains(r.stdout, "owner     "+l.Token()) {
+			t.Errorf("%s: inspect does not show the holder:\n%s", name, r.stdout)
+		}
+		reported("inspect", r)
+		r = dlockRun(t, nil, "--redis", url, "release", "--force", name)
+		if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
+			t.Errorf("%s: release --force: status %d\nstdout:\n%s\nstderr: %s", name, r.code, r.stdout, r.stderr)
+		}
+		if rdb.Exists(ctx, "dlock:{"+name+"}").Val() != 0 {
+			t.Errorf("%s: the lock is still there after release --force", name)
+		}
+		if got := rdb.LRange(ctx, other, 0, -1).Val(); !slices.Equal(got, []string{"other data"}) {
+			t.Errorf("%s: the other code's data is now %q", name, got)
+		}
+	}
+}

@@ -23,14 +23,18 @@ func (a *app) inspectCmd() *cobra.Command {
 held, by whom (host, pid, client and metadata recorded when it was taken),
 since when, how much lease is left, its fencing token, hold count (reentrant
 holds) and how many waiters are queued. For a free lock the fence shown is
-the last one issued. The exit status is 0 whether the lock is held or free.
+the last one issued. The exit status is 0 whether the lock is held or free;
+other code's data at the names of the lock's fence counter or waiters is
+said on stderr after the state, with status 1.
 
 With --capacity M, KEY names a semaphore (as for run --capacity), and with
 --rwmutex a readers-writer lock: inspect shows each holder's owner token,
 who it is, its permits (read or write for an RWMutex), lease left and
-fence, and the capacity (the holders' own, whatever M), the permits in use
-and the waiters queued. Without either flag, KEY names a lock: a semaphore
-or RWMutex of that name is shown as a free lock.`,
+fence, and the capacity, the permits in use and the waiters queued. An M
+other than the capacity the holders were granted under is refused (status
+64), as run --capacity refuses it; with no holder, M is the capacity
+shown. Without either flag, KEY names a lock: a semaphore or RWMutex of
+that name is shown as a free lock.`,
 		Example: `  dlock inspect nightly-report
   dlock inspect --json nightly-report | jq .held
   dlock inspect --capacity 3 encoders`,
@@ -50,29 +54,43 @@ or RWMutex of that name is shown as a free lock.`,
 				return err
 			}
 			defer c.Close()
+			// With an error, Inspect's info is what it read despite other
+			// code's data at one of the names: shown, then the error.
 			if p := kind.permits(c.locks, args[0]); p != nil {
 				info, err := p.Inspect(ctx)
-				if err != nil {
+				if info == nil {
 					return redisFailure(err)
 				}
-				if asJSON {
-					return writeJSON(a.stdout, info)
+				if err := kind.checkHeld(info); err != nil {
+					return err
 				}
-				return writeSemaphoreInfo(a.stdout, info, "")
+				return a.show(asJSON, info, func() error { return writeSemaphoreInfo(a.stdout, info, "") }, err)
 			}
 			info, err := c.locks.Inspect(ctx, args[0])
-			if err != nil {
+			if info == nil {
 				return redisFailure(err)
 			}
-			if asJSON {
-				return writeJSON(a.stdout, info)
-			}
-			return writeInfo(a.stdout, info, "")
+			return a.show(asJSON, info, func() error { return writeInfo(a.stdout, info, "") }, err)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (the library's LockInfo, or SemaphoreInfo; ttl_ns in nanoseconds; a key that is not UTF-8 quoted as list --json does)")
 	kind.add(cmd)
 	return cmd
+}
+
+// show prints v, as JSON or with text, then fails with err if it is not
+// nil: other code's data at one of the names, found while reading v.
+func (a *app) show(asJSON bool, v any, text func() error, err error) error {
+	var werr error
+	if asJSON {
+		werr = writeJSON(a.stdout, v)
+	} else {
+		werr = text()
+	}
+	if werr != nil || err == nil {
+		return werr
+	}
+	return redisFailure(err)
 }
 
 // writeInfo prints a lock's state as aligned "name value" lines, each

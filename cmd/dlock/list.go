@@ -29,7 +29,9 @@ default all).
 It walks the keyspace with SCAN, never KEYS, on every master of a cluster, so
 it does not block Redis. With --long it also inspects each lock, and leaves
 out the names SCAN cannot tell apart: a lock released meanwhile, and a hash
-that other code stored at a lock's name.
+that other code stored at a lock's name. A lock whose fence counter's or
+waiters' name holds other code's data is shown, and said so on stderr
+(status 1).
 
 With --kind semaphore it lists the semaphores that have holders instead
 (those of run --capacity and inspect --capacity), and with --kind rwmutex
@@ -37,7 +39,8 @@ the readers-writer locks (inspect --rwmutex): a lock, a semaphore and an
 RWMutex of one name are three things, each listed with its kind only.
 With --long it shows each one's permits in use and capacity (the holders'
 own), or whether it is read or write locked, with its holders and waiters,
-and leaves out those nobody holds now and other code's hashes.`,
+and leaves out those nobody holds now and other code's hashes (other
+code's data at their waiters' names is said as for a lock).`,
 		Example: `  dlock list
   dlock list 'import:*'
   dlock list --long --json
@@ -85,27 +88,37 @@ and leaves out those nobody holds now and other code's hashes.`,
 				return a.listPermits(ctx, c.locks, kind, names, asJSON)
 			}
 			infos := []*dlock.LockInfo{}
+			var unread []error // of locks listed, read despite other data at their other names
 			for _, n := range names {
 				info, err := c.locks.Inspect(ctx, n)
-				if errors.Is(err, dlock.ErrWrongType) {
+				if info == nil && errors.Is(err, dlock.ErrWrongType) {
 					continue // a hash at a lock's name that is not a lock
 				}
-				if err != nil {
+				if info == nil {
 					return redisFailure(err)
 				}
 				if info.Held { // it may have been released since SCAN saw it
 					infos = append(infos, info)
+					if err != nil {
+						unread = append(unread, err)
+					}
 				}
 			}
 			if asJSON {
-				return writeJSON(a.stdout, infos)
+				if err := writeJSON(a.stdout, infos); err != nil {
+					return err
+				}
+				return a.listed(unread)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tLEASE LEFT\tFENCE\tWAITERS\tHOLDER")
 			for _, i := range infos {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", keyText(i.Key), human(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
 			}
-			return outputFailed(tw.Flush())
+			if err := outputFailed(tw.Flush()); err != nil {
+				return err
+			}
+			return a.listed(unread)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (of names, or of LockInfo, or SemaphoreInfo, with --long)")
@@ -115,30 +128,50 @@ and leaves out those nobody holds now and other code's hashes.`,
 	return cmd
 }
 
+// listed ends list --long once the names are printed: each error of errs
+// (one shown, but other data at the names of its fence counter or
+// waiters) on a line of its own on stderr, and status 1 if there is any.
+func (a *app) listed(errs []error) error {
+	for _, err := range errs {
+		fmt.Fprintln(a.stderr, "dlock: "+a.errorLine(err))
+	}
+	if len(errs) > 0 {
+		return &exitError{code: exitFailure}
+	}
+	return nil
+}
+
 // listPermits prints list --long of the semaphores or RWMutexes names
 // (kind), inspected each; it leaves out those nobody holds now (the last
 // holder left since SCAN saw them) and hashes that other code stored at
 // their names.
 func (a *app) listPermits(ctx context.Context, c *dlock.Client, kind string, names []string, asJSON bool) error {
 	infos := []*dlock.SemaphoreInfo{}
+	var unread []error // of those listed, read despite other data at their waiters' names
 	for _, n := range names {
 		var p permitsAdmin = c.RWMutex(n)
 		if kind == "semaphore" {
 			p = c.Semaphore(n, 1) // Inspect reads the holders' capacity, whatever this one
 		}
 		info, err := p.Inspect(ctx)
-		if errors.Is(err, dlock.ErrWrongType) {
+		if info == nil && errors.Is(err, dlock.ErrWrongType) {
 			continue
 		}
-		if err != nil {
+		if info == nil {
 			return redisFailure(err)
 		}
 		if len(info.Holders) > 0 {
 			infos = append(infos, info)
+			if err != nil {
+				unread = append(unread, err)
+			}
 		}
 	}
 	if asJSON {
-		return writeJSON(a.stdout, infos)
+		if err := writeJSON(a.stdout, infos); err != nil {
+			return err
+		}
+		return a.listed(unread)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	if kind == "semaphore" {
@@ -157,5 +190,8 @@ func (a *app) listPermits(ctx context.Context, c *dlock.Client, kind string, nam
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", keyText(i.Key), mode, len(i.Holders), i.Waiters)
 	}
-	return outputFailed(tw.Flush())
+	if err := outputFailed(tw.Flush()); err != nil {
+		return err
+	}
+	return a.listed(unread)
 }

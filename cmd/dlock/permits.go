@@ -38,6 +38,17 @@ func checkCapacity(cmd *cobra.Command, capacity int64) error {
 	return nil
 }
 
+// checkHeld refuses a --capacity other than the one info's holders were
+// granted under, as run's Acquire does (status 64): KEY would then name
+// another semaphore than the operator's. Semaphore.Inspect reads the
+// holders' capacity whatever the Semaphore's, so it is checked here.
+func (f *kindFlags) checkHeld(info *dlock.SemaphoreInfo) error {
+	if f.capacity > 0 && len(info.Holders) > 0 && info.Capacity != f.capacity {
+		return usagef("--capacity %d: semaphore %s is held with capacity %d", f.capacity, keyText(info.Key), info.Capacity)
+	}
+	return nil
+}
+
 // permitsAdmin is what Semaphore and RWMutex offer operators.
 type permitsAdmin interface {
 	Inspect(ctx context.Context) (*dlock.SemaphoreInfo, error)

@@ -42,7 +42,9 @@ With --capacity M (a semaphore, as for run --capacity) or --rwmutex (a
 readers-writer lock), KEY has several holders: release --force removes the
 one whose owner token --owner gives (inspect shows them), and hands its
 permits to the waiters first in line, as its own release would. If that
-token holds no permits, nothing is removed and it exits with status 1.`,
+token holds no permits, nothing is removed and it exits with status 1; if
+the holders were granted another capacity than M, nothing is removed and
+it exits with status 64, as run --capacity does.`,
 		Example: `  dlock release --force nightly-report
   dlock inspect --capacity 3 encoders
   dlock release --force --capacity 3 --owner 0f3c...e1 encoders`,
@@ -76,12 +78,15 @@ token holds no permits, nothing is removed and it exits with status 1.`,
 			}
 			defer c.Close()
 			if p := kind.permits(c.locks, key); p != nil {
-				return a.releasePermits(ctx, p, key, owner, asJSON)
+				return a.releasePermits(ctx, p, &kind, key, owner, asJSON)
 			}
-			info, err := c.locks.Inspect(ctx, key)
-			if err != nil {
-				return redisFailure(err)
+			info, other := c.locks.Inspect(ctx, key)
+			if info == nil {
+				return redisFailure(other)
 			}
+			// other, if not nil, is other code's data at the lock's fence
+			// counter's or waiters' names: the lock is removed all the same,
+			// and that data left as it is.
 			if !info.Held {
 				if asJSON {
 					_ = writeJSON(a.stdout, releaseReport{Released: false, Lock: info})
@@ -105,6 +110,9 @@ token holds no permits, nothing is removed and it exits with status 1.`,
 			}
 			if err != nil {
 				return redisFailure(err)
+			}
+			if other != nil {
+				fmt.Fprintln(a.stderr, "dlock: "+a.errorLine(other)+" (left as it is)")
 			}
 			if asJSON {
 				return writeJSON(a.stdout, releaseReport{Released: true, Lock: info})
@@ -131,10 +139,15 @@ token holds no permits, nothing is removed and it exits with status 1.`,
 
 // releasePermits is release --force of owner's permits in p: it prints
 // what it removed, as read just before removing it.
-func (a *app) releasePermits(ctx context.Context, p permitsAdmin, key, owner string, asJSON bool) error {
-	info, err := p.Inspect(ctx)
-	if err != nil {
-		return redisFailure(err)
+func (a *app) releasePermits(ctx context.Context, p permitsAdmin, kind *kindFlags, key, owner string, asJSON bool) error {
+	// other, if not nil, is other code's data at the waiters' name: the
+	// permits are taken away all the same, and that data left as it is.
+	info, other := p.Inspect(ctx)
+	if info == nil {
+		return redisFailure(other)
+	}
+	if err := kind.checkHeld(info); err != nil {
+		return err
 	}
 	rep := releaseReport{Semaphore: info}
 	for i := range info.Holders {
@@ -143,11 +156,14 @@ func (a *app) releasePermits(ctx context.Context, p permitsAdmin, key, owner str
 		}
 	}
 	if rep.Holder != nil {
-		err = p.ForceRelease(ctx, owner)
+		err := p.ForceRelease(ctx, owner)
 		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 			return redisFailure(err)
 		}
 		rep.Released = err == nil
+	}
+	if rep.Released && other != nil {
+		fmt.Fprintln(a.stderr, "dlock: "+a.errorLine(other)+" (left as it is)")
 	}
 	if asJSON {
 		if err := writeJSON(a.stdout, rep); err != nil || rep.Released {
