@@ -22,6 +22,7 @@ import (
 type wakeups struct {
 	rdb    redis.UniversalClient
 	linger time.Duration
+	health backend.PubSubHealth // of each shard's connection
 	// ctx ends with close: the dials under way, which go-redis makes
 	// holding its PubSub's lock, and the waits for them, end with it.
 	ctx    context.Context
@@ -102,6 +103,7 @@ func newWakeups(rdb redis.UniversalClient) *wakeups {
 	return &wakeups{
 		rdb:      rdb,
 		linger:   5 * time.Second,
+		health:   backend.DefaultPubSubHealth,
 		ctx:      ctx,
 		cancel:   cancel,
 		shards:   make(map[string]*shard),
@@ -398,9 +400,14 @@ func (w *wakeups) read(sh *shard) {
 	defer backoff.Stop()
 	// live: the connection delivered something since it last broke.
 	live := false
+	w.mu.Lock()
+	health := w.health
+	w.mu.Unlock()
 	for {
-		// sh.ctx ends a redial that hangs, which holds back Close.
-		msg, err := w.conn(sh).Receive(sh.ctx)
+		// sh.ctx ends a redial that hangs, which holds back Close. A
+		// connection that stays silent is pinged, and dropped (an error
+		// here) if it does not answer.
+		msg, err := health.Receive(sh.ctx, w.conn(sh))
 		// A cluster subscription lands on a node that no longer owns the
 		// channel's slot: move it (wakeups_cluster.go).
 		moved := err != nil && isRedirect(err)

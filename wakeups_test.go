@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
@@ -1034,4 +1035,69 @@ func TestWakeCloseEndsLockWaitingForHungUnsubscription(t *testing.T) {
 		t.Error("a Lock under way at Close: held back by a hung handshake for more than 5 s")
 	}
 	testutil.Receive(t, closed, 6*time.Second, "Close")
+}
+
+// A pub/sub connection whose path goes dead with no reset (a partition
+// that drops packets) tells its reader nothing: every hand-over sent to it
+// is lost, and each waiter is served only at its next check. Pinged once
+// idle and dropped when nothing answers, it is dialed again: the waiter
+// whose hand-over was lost is told to check again, and later hand-overs
+// wake their waiters again.
+func TestWakeDeadPubSubPathIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	// The waiters check again every 20 s: only a wake-up serves them sooner.
+	c := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	w, ch := c.be.(*node).wake, c.wakeChannel("k")
+	health := backend.PubSubHealth{Idle: 200 * time.Millisecond, Wait: 200 * time.Millisecond}
+	w.mu.Lock()
+	w.health = health
+	w.mu.Unlock()
+	admin := srv.Client(t)
+	holder := newClientOn(t, admin)
+	ctx := context.Background()
+
+	l := mustLock(t, holder, "k")
+	got := lockAsync(ctx, c, "k")
+	waitQueuedAndSubscribed(t, admin, c, "k")
+	dropped := proxy.DropOn(func(b []byte) bool {
+		return bytes.Contains(b, []byte("message\r\n")) && bytes.Contains(b, []byte(ch))
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testutil.Receive(t, dropped, 5*time.Second, "the hand-over on the pub/sub connection")
+	r := testutil.Receive(t, got, 5*time.Second, "the waiter whose hand-over was lost")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	// The reader's last read began at most health.Idle before the release.
+	if d, bound := time.Since(start), health.Idle+health.Wait+time.Second; d > bound {
+		t.Errorf("the waiter whose hand-over was lost was served after %v, want at most %v", d.Round(time.Millisecond), bound)
+	}
+
+	// The next hand-over comes on the connection dialed again. The dead
+	// one's subscription stays on the server, which hears nothing either.
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = mustLock(t, holder, "k")
+	got = lockAsync(ctx, c, "k")
+	waitUntil(t, 5*time.Second, "the waiter to queue and register", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		cs := w.channels[ch]
+		return queued(t, admin, c, "k") == 1 && cs != nil && cs.isReady && len(cs.waiters) == 1
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = testutil.Receive(t, got, 2*time.Second, "the next waiter, woken by its hand-over")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.l.Unlock(ctx)
 }

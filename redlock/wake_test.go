@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -107,51 +111,77 @@ func TestOneReleaseWakesAWaiterOnce(t *testing.T) {
 	}
 }
 
-// wakeups.go: Close while the reader of a node's pub/sub connection waits
-// for the handshake of that connection, to a node that accepts connections
-// and answers nothing: no context ends that read, only the node client's
-// ReadTimeout (30 s here), and go-redis holds its PubSub's lock through it.
-// Close returns within its bound all the same.
+// wakeups.go: Close while a node's pub/sub connection waits for its
+// handshake, to a node that accepts connections and answers nothing: no
+// context ends that read, only the node client's ReadTimeout (30 s here),
+// and go-redis holds its PubSub's lock through it. Close returns within its
+// bound all the same.
 func TestCloseBoundedByHungPubSubHandshake(t *testing.T) {
-	cl := startCluster(t, 3)
-	holder := cl.locker(t)
-	l := mustLock(t, holder, "busy")
-	defer l.Unlock(context.Background())
-	nodes := slices.Clone(cl.nodes)
-	slow := redis.NewClient(&redis.Options{Addr: cl.srvs[2].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, ReadTimeout: 30 * time.Second})
-	t.Cleanup(func() { slow.Close() })
-	nodes[2] = slow
-	waiter, err := redlock.New(nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hung := cl.srvs[2]
-	hung.Pause(t) // accepts connections, answers nothing
-	defer hung.Resume(t)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(context.Background(), "busy")
-		errc <- err
-	}()
-	waitUntil(t, 10*time.Second, "the handshake of the pub/sub connection to the hung node", func() bool {
-		return inOneGoroutine("redlock.(*nodeSub).read(", ".initConn(")
-	})
-	start := time.Now()
-	closed := make(chan time.Duration, 1)
-	go func() {
-		waiter.Close()
-		closed <- time.Since(start)
-	}()
-	select {
-	case d := <-closed:
-		t.Logf("Close took %v", d)
-	case <-time.After(6 * time.Second):
-		t.Errorf("Close still blocked after %v with a pub/sub handshake hung (documented: up to 5 s in all)", time.Since(start).Round(time.Millisecond))
-		hung.Resume(t)
-		<-closed
-	}
-	if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
-		t.Errorf("Lock after Close = %v, want ErrClosed", err)
+	for _, tc := range []struct {
+		name   string
+		in     string // the goroutine the handshake holds
+		redial bool
+	}{
+		// The first subscription's dial, sent by the node's control
+		// goroutine with no deadline.
+		{"first subscription", "redlock.(*nodeSub).control(", false},
+		// A redial by the reader, once the health check dropped the
+		// connection the node stopped answering on.
+		{"redial", "redlock.(*nodeSub).read(", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redlock.SetPubSubHealth(t, 100*time.Millisecond, 100*time.Millisecond)
+			cl := startCluster(t, 3)
+			holder := cl.locker(t)
+			l := mustLock(t, holder, "busy")
+			defer l.Unlock(context.Background())
+			nodes := slices.Clone(cl.nodes)
+			slow := redis.NewClient(&redis.Options{Addr: cl.srvs[2].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, ReadTimeout: 30 * time.Second})
+			t.Cleanup(func() { slow.Close() })
+			nodes[2] = slow
+			waiter, err := redlock.New(nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hung := cl.srvs[2]
+			if !tc.redial {
+				hung.Pause(t) // accepts connections, answers nothing
+				defer hung.Resume(t)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(context.Background(), "busy")
+				errc <- err
+			}()
+			if tc.redial {
+				ch := lockKey("busy") + ":wake"
+				waitUntil(t, 5*time.Second, "the subscription on the node to hang", func() bool {
+					return cl.rdbs[2].PubSubNumSub(context.Background(), ch).Val()[ch] == 1
+				})
+				hung.Pause(t)
+				defer hung.Resume(t)
+			}
+			waitUntil(t, 10*time.Second, "the handshake of the pub/sub connection to the hung node", func() bool {
+				return inOneGoroutine(tc.in, ".initConn(")
+			})
+			start := time.Now()
+			closed := make(chan time.Duration, 1)
+			go func() {
+				waiter.Close()
+				closed <- time.Since(start)
+			}()
+			select {
+			case d := <-closed:
+				t.Logf("Close took %v", d)
+			case <-time.After(6 * time.Second):
+				t.Errorf("Close still blocked after %v with a pub/sub handshake hung (documented: up to 5 s in all)", time.Since(start).Round(time.Millisecond))
+				hung.Resume(t)
+				<-closed
+			}
+			if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("Lock after Close = %v, want ErrClosed", err)
+			}
+		})
 	}
 }
 
@@ -165,4 +195,165 @@ func inOneGoroutine(frames ...string) bool {
 		}
 	}
 	return false
+}
+
+// wakeups.go: a node's pub/sub connection whose path goes dead with no
+// reset (a partition that drops packets) tells its reader nothing: every
+// release published to it is lost, and a blocked waiter sleeps until the
+// holder's lease would have run out. Pinged once idle and dropped when
+// nothing answers, it is dialed again: the waiter whose wake-ups were
+// lost checks again, and later releases wake their waiters again.
+func TestDeadPubSubPathIsDropped(t *testing.T) {
+	redlock.SetPubSubHealth(t, 200*time.Millisecond, 200*time.Millisecond)
+	cl := startCluster(t, 3)
+	var nodes []redis.UniversalClient
+	var proxies []*tcpproxy.Proxy
+	for _, srv := range cl.srvs {
+		p, err := tcpproxy.New(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		rdb := nodeClient(p.Addr())
+		t.Cleanup(func() { rdb.Close() })
+		proxies = append(proxies, p)
+		nodes = append(nodes, rdb)
+	}
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Close() })
+	holder := cl.locker(t)
+	ctx := context.Background()
+	ch := lockKey("k") + ":wake"
+	attempts := func() int {
+		return scriptCalls(t, cl.rdbs[0]) + scriptCalls(t, cl.rdbs[1]) + scriptCalls(t, cl.rdbs[2])
+	}
+	// blockedWaiter has waiter wait for k, held by holder for a minute (a
+	// waiter that is not woken sleeps that long), once the waiter's n
+	// attempts were refused on every node.
+	blockedWaiter := func(n int) <-chan error {
+		base := attempts()
+		done := make(chan error, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, "k")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			done <- err
+		}()
+		waitUntil(t, 5*time.Second, "the waiter's attempts", func() bool { return attempts()-base >= n*len(nodes) })
+		return done
+	}
+
+	l := mustLock(t, holder, "k", dlock.WithTTL(time.Minute))
+	// Its first attempt, and the one when its subscription reached a
+	// majority (a release may have been missed before).
+	done := blockedWaiter(2)
+	var dropped []<-chan struct{}
+	for _, p := range proxies {
+		dropped = append(dropped, p.DropOn(func(b []byte) bool {
+			return bytes.Contains(b, []byte("message\r\n")) && bytes.Contains(b, []byte(ch))
+		}))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, d := range dropped {
+		testutil.Receive(t, d, 5*time.Second, "the release on a node's pub/sub connection")
+	}
+	if err := testutil.Receive(t, done, 5*time.Second, "the waiter whose wake-ups were lost"); err != nil {
+		t.Fatal(err)
+	}
+	// The readers' last reads began at most the idle time before the release.
+	if d, bound := time.Since(start), 400*time.Millisecond+time.Second; d > bound {
+		t.Errorf("the waiter whose wake-ups were lost was served after %v, want at most %v", d.Round(time.Millisecond), bound)
+	}
+
+	// The next release comes on the connections dialed again, the channel
+	// still subscribed there.
+	l = mustLock(t, holder, "k", dlock.WithTTL(time.Minute))
+	done = blockedWaiter(1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Receive(t, done, 2*time.Second, "the next waiter, woken by the release"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wakeups.go: a SUBSCRIBE sent while go-redis dials a node's pub/sub
+// connection again waits for that dial, whatever its context says. Under a
+// deadline that passes meanwhile, its write on the new connection fails at
+// once, and go-redis, taking that for a broken connection, closes the
+// connection it just made and dials again.
+func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
+	cl := startCluster(t, 3)
+	holder := cl.locker(t)
+	for _, key := range []string{"a", "b"} {
+		l := mustLock(t, holder, key, dlock.WithTTL(time.Minute))
+		defer l.Unlock(context.Background())
+	}
+	// Node 0's pub/sub connection is dialed in 2 s once slow is set.
+	var slow atomic.Bool
+	var dials atomic.Int32
+	dialing := make(chan struct{}, 1)
+	nodes := slices.Clone(cl.nodes)
+	slowNode := redis.NewClient(&redis.Options{
+		Addr: cl.srvs[0].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if slow.Load() && pubSubDial() {
+				dials.Add(1)
+				select {
+				case dialing <- struct{}{}:
+				default:
+				}
+				// The subject: a dial slower than a second.
+				select {
+				case <-time.After(2 * time.Second):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { slowNode.Close() })
+	nodes[0] = slowNode
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	subscribed := func(key string) func() bool {
+		ch := lockKey(key) + ":wake"
+		return func() bool { return cl.rdbs[0].PubSubNumSub(ctx, ch).Val()[ch] == 1 }
+	}
+	go func() { _, _ = waiter.Lock(ctx, "a") }()
+	waitUntil(t, 5*time.Second, "a's subscription on node 0", subscribed("a"))
+
+	slow.Store(true)
+	if err := cl.rdbs[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Receive(t, dialing, 5*time.Second, "the dial of node 0's pub/sub connection")
+	// b's channel is subscribed while the dial goes on: its attempt runs
+	// on a pooled connection.
+	go func() { _, _ = waiter.Lock(ctx, "b") }()
+	waitUntil(t, 10*time.Second, "b's subscription on node 0", subscribed("b"))
+	if n := dials.Load(); n != 1 {
+		t.Errorf("node 0's pub/sub connection was dialed %d times, want 1", n)
+	}
+}
+
+// pubSubDial reports whether the goroutine dials a go-redis pub/sub
+// connection, not one of a client's pool.
+func pubSubDial() bool {
+	buf := make([]byte, 64<<10)
+	return bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("(*PubSubPool).NewConn"))
 }

@@ -14,8 +14,6 @@ const (
 	// left, so a key waited on again and again costs no SUBSCRIBE and
 	// UNSUBSCRIBE round trips.
 	linger = 5 * time.Second
-	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE call.
-	subscribeTimeout = time.Second
 	// A pub/sub connection that failed is retried after a backoff growing
 	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes).
 	// So are the channels refused by an error reply, which leaves the
@@ -28,6 +26,10 @@ const (
 	// client's ReadTimeout ends, is left to end on its own.
 	closeWait = time.Second
 )
+
+// pubSubHealth is the health check of the pub/sub connections of the
+// Clients made from now on; tests shorten it.
+var pubSubHealth = backend.DefaultPubSubHealth
 
 // hub tells the goroutines of one Client waiting for locks when a lock was
 // released on some node, so that they retry then instead of polling. Each
@@ -49,7 +51,8 @@ const (
 // read on meanwhile.
 type hub struct {
 	b      *redlock
-	ctx    context.Context // cancelled by close: ends calls to a hung node
+	health backend.PubSubHealth // of each node's connection
+	ctx    context.Context      // cancelled by close: ends calls to a hung node
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
@@ -151,7 +154,7 @@ type nodeSub struct {
 
 func newHub(b *redlock) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &hub{b: b, ctx: ctx, cancel: cancel, chans: make(map[string]*channel)}
+	return &hub{b: b, health: pubSubHealth, ctx: ctx, cancel: cancel, chans: make(map[string]*channel)}
 }
 
 // snapshot returns the generation of a channel and whether it is
@@ -415,7 +418,12 @@ func (s *nodeSub) control() {
 			}
 		}
 		h.mu.Unlock()
-		ctx, cancel := context.WithTimeout(h.ctx, subscribeTimeout)
+		// No deadline: go-redis holds its PubSub's lock while it dials
+		// the connection again, and a SUBSCRIBE that waited for it past a
+		// deadline fails its write, which go-redis takes for a broken
+		// connection: it would close the one it just made and dial again.
+		// Its own timeouts bound the call, and close ends h.ctx.
+		ctx := h.ctx
 		if len(add) > 0 {
 			// On failure go-redis keeps the channels and subscribes them
 			// when the reader reconnects.
@@ -431,7 +439,6 @@ func (s *nodeSub) control() {
 		if len(drop) > 0 {
 			_ = s.ps.Unsubscribe(ctx, drop...)
 		}
-		cancel()
 		if !reading && len(add) > 0 {
 			reading = true
 			h.wg.Add(1) // this goroutine is counted: Close's Wait cannot be at zero
@@ -446,7 +453,9 @@ func (s *nodeSub) read() {
 	defer h.wg.Done()
 	backoff := minBackoff
 	for {
-		msg, err := s.ps.Receive(h.ctx)
+		// A connection that stays silent is pinged, and dropped (an
+		// error here) if it does not answer.
+		msg, err := h.health.Receive(h.ctx, s.ps)
 		if err != nil {
 			select {
 			case <-s.stop:

@@ -17,13 +17,16 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu       sync.Mutex
-	frozen   bool
-	thaw     chan struct{} // closed by Thaw
-	freezeOn func([]byte) bool
-	frozeOn  chan struct{} // closed when freezeOn matched
-	conns    map[net.Conn]struct{}
-	wg       sync.WaitGroup
+	mu        sync.Mutex
+	frozen    bool
+	thaw      chan struct{} // closed by Thaw
+	freezeOn  func([]byte) bool
+	frozeOn   chan struct{} // closed when freezeOn matched
+	dropOn    func([]byte) bool
+	droppedOn chan struct{}         // closed when dropOn matched
+	dead      map[net.Conn]struct{} // both sides of the connections DropOn cut
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
 
 	// gate is held shared by each write to a connection, and exclusively
 	// by a freeze once it has marked the proxy frozen: a freeze returns
@@ -39,7 +42,10 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, thaw: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	p := &Proxy{
+		ln: ln, target: target, thaw: make(chan struct{}),
+		conns: make(map[net.Conn]struct{}), dead: make(map[net.Conn]struct{}),
+	}
 	close(p.thaw)
 	p.wg.Add(1)
 	go p.accept()
@@ -93,6 +99,34 @@ func (p *Proxy) FreezeOn(match func([]byte) bool) <-chan struct{} {
 	defer p.mu.Unlock()
 	p.freezeOn, p.frozeOn = match, make(chan struct{})
 	return p.frozeOn
+}
+
+// DropOn cuts the connection on which it reads a chunk, in either
+// direction, for which match reports true: that chunk and every byte after
+// it, both ways, are discarded, and neither end hears of the other's close,
+// as on a path that went dead with no reset, which only a timeout of the
+// peers tells. The other connections, and those accepted later, are
+// forwarded as before. It matches once; the channel it returns is closed
+// when it has.
+func (p *Proxy) DropOn(match func([]byte) bool) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropOn, p.droppedOn = match, make(chan struct{})
+	return p.droppedOn
+}
+
+// cut reports whether the connection src and dst carry was cut by DropOn,
+// b, read from src, being the chunk that cuts it.
+func (p *Proxy) cut(dst, src net.Conn, b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(b) > 0 && p.dropOn != nil && p.dropOn(b) {
+		p.dead[src], p.dead[dst] = struct{}{}, struct{}{}
+		p.dropOn = nil
+		close(p.droppedOn)
+	}
+	_, dead := p.dead[src]
+	return dead
 }
 
 // Thaw resumes forwarding.
@@ -151,11 +185,18 @@ func (p *Proxy) track(conns ...net.Conn) {
 // pipe copies src to dst, holding each chunk while the proxy is frozen.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if p.cut(dst, src, buf[:n]) {
+			if err != nil {
+				// Closed by Close, or by the other direction's pipe
+				// when dst's peer hung up, not through the cut path.
+				return
+			}
+			continue
+		}
 		if n > 0 {
 			p.mu.Lock()
 			var froze chan struct{}
@@ -172,6 +213,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 				close(froze)
 			}
 			if p.send(dst, buf[:n]) != nil {
+				_ = dst.Close()
 				return
 			}
 		}

@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -131,5 +132,49 @@ func TestFreezeCutsWriteUnderWay(t *testing.T) {
 	_ = server.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(server, buf[:1]); err != nil {
 		t.Fatalf("after Thaw: %v", err)
+	}
+}
+
+// TestDropOnCutsOneConnection: the connection that carried the matching
+// chunk goes silent for good, both ways, with no EOF when the server
+// closes it; a connection made after is forwarded.
+func TestDropOnCutsOneConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dial := func() (net.Conn, *bufio.Reader) {
+		conn, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn, bufio.NewReader(conn)
+	}
+	cut, r := dial()
+	dropped := p.DropOn(func(b []byte) bool { return bytes.Contains(b, []byte("ECHO cut")) })
+	if _, err := cut.Write([]byte("ECHO cut\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Receive(t, dropped, 5*time.Second, "the match")
+	admin := srv.Client(t)
+	if err := admin.ClientKillByFilter(context.Background(), "SKIPME", "yes", "TYPE", "normal").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// An observation window: nothing may come, neither the reply nor an EOF.
+	_ = cut.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a cut connection: %v, want a timeout", err)
+	}
+
+	next, r := dial()
+	if _, err := next.Write([]byte("ECHO next\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = next.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "$4\r\n" {
+		t.Fatalf("a connection made after the cut: %q, %v", line, err)
 	}
 }
