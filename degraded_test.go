@@ -281,7 +281,8 @@ func TestDegradedModeWhenRedisIsBusy(t *testing.T) {
 
 // A server that answers that it cannot take writes for now (a replica:
 // READONLY; a replica cut off from its master that serves no stale data:
-// MASTERDOWN) cannot serve the lock either: in the degraded mode, Lock
+// MASTERDOWN; a master with fewer replicas than min-replicas-to-write:
+// NOREPLICAS) cannot serve the lock either: in the degraded mode, Lock
 // falls back to the in-process lock; without it, Lock returns that answer.
 func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 	ctx := context.Background()
@@ -290,11 +291,12 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 	gone.Stop(t) // nothing listens at its address any more
 	for _, tc := range []struct {
 		reply  string
-		master *redistest.Server
+		master *redistest.Server // nil: not a replica
 		config []string
 	}{
 		{"READONLY", master, nil},
 		{"MASTERDOWN", gone, []string{"replica-serve-stale-data", "no"}},
+		{"NOREPLICAS", nil, []string{"min-replicas-to-write", "1"}},
 	} {
 		t.Run(tc.reply, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -304,16 +306,18 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := rdb.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(tc.master.Port())).Err(); err != nil {
-				t.Fatal(err)
+			if tc.master != nil {
+				if err := rdb.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(tc.master.Port())).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			_, err := newClientOn(t, rdb).TryLock(ctx, "job")
 			if err == nil || !strings.Contains(err.Error(), tc.reply) {
-				t.Fatalf("TryLock on the replica = %v, want the server's %s answer", err, tc.reply)
+				t.Fatalf("TryLock on the server = %v, want the server's %s answer", err, tc.reply)
 			}
 			l, err := newClientOn(t, rdb, WithDegradedMode(LocalFallback)).Lock(ctx, "job")
 			if err != nil || !l.Degraded() {
-				t.Fatalf("Lock on the replica = %v, %v; want a degraded lock", l, err)
+				t.Fatalf("Lock on the server = %v, %v; want a degraded lock", l, err)
 			}
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)

@@ -66,7 +66,7 @@ func serverCannotServe(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY "} {
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "BUSY "} {
 		if strings.HasPrefix(re.Error(), p) {
 			return true
 		}
