@@ -39,7 +39,9 @@ func (m *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) 
 }
 
 // TryRLock makes one attempt to take the lock for reading: it fails with
-// ErrNotObtained if a writer holds the lock or anyone waits for it.
+// ErrNotObtained if a writer holds the lock or a queued writer comes
+// first. It never overtakes a waiter: queued readers that can be let in
+// are granted first, by this attempt, as TryAcquire does.
 func (m *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return m.sem().acquire(ctx, 1, false, opts)
 }
@@ -51,7 +53,8 @@ func (m *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 }
 
 // TryLock makes one attempt to take the lock for writing: it fails with
-// ErrNotObtained if anyone holds the lock or waits for it.
+// ErrNotObtained if anyone holds the lock or a queued waiter comes first
+// (queued waiters that can be let in are granted first, by this attempt).
 func (m *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return m.sem().acquire(ctx, MaxPermits, false, opts)
 }
