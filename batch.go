@@ -51,7 +51,7 @@ const batchTimeout = 10 * time.Second
 func newBatcher(rdb redis.UniversalClient, log *slog.Logger) *batcher {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// A cluster pipeline splits by node anyway; keep it simple there.
-		return &batcher{rdb: rdb, maxInflight: -1}
+		return &batcher{rdb: rdb, maxInflight: -1, log: log}
 	}
 	return &batcher{rdb: rdb, maxInflight: 2, log: log}
 }
