@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -356,4 +357,67 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 func pubSubDial() bool {
 	buf := make([]byte, 64<<10)
 	return bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("(*PubSubPool).NewConn"))
+}
+
+// wakeups.go: a node's pub/sub connection whose dial times out (a node
+// gone from the network) is dialed again after the reader's backoff, once
+// a round: the health check, which drops a connection whose read timed
+// out, must not take the dial's timeout for one and dial again at once.
+func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
+	cl := startCluster(t, 3)
+	holder := cl.locker(t)
+	l := mustLock(t, holder, "a", dlock.WithTTL(time.Minute))
+	defer l.Unlock(context.Background())
+	// Once unreachable is set, node 0's pub/sub dials time out at once.
+	var unreachable atomic.Bool
+	var mu sync.Mutex
+	var dials []time.Time
+	nodes := slices.Clone(cl.nodes)
+	node := redis.NewClient(&redis.Options{
+		Addr: cl.srvs[0].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err // as net.Dialer: no dial under an ended context
+			}
+			if unreachable.Load() && pubSubDial() {
+				mu.Lock()
+				dials = append(dials, time.Now())
+				mu.Unlock()
+				return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrDeadlineExceeded}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { node.Close() })
+	nodes[0] = node
+	waiter, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := lockKey("a") + ":wake"
+	go func() { _, _ = waiter.Lock(ctx, "a") }()
+	waitUntil(t, 5*time.Second, "a's subscription on node 0", func() bool {
+		return cl.rdbs[0].PubSubNumSub(ctx, ch).Val()[ch] == 1
+	})
+	unreachable.Store(true)
+	if err := cl.rdbs[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "node 0's pub/sub dials", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(dials) >= 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(dials); i++ {
+		// The reader's backoff is 50 ms at least.
+		if gap := dials[i].Sub(dials[i-1]); gap < 25*time.Millisecond {
+			t.Errorf("node 0's pub/sub connection was dialed again %v after a dial that timed out, want the backoff between", gap)
+		}
+	}
 }

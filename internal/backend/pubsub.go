@@ -44,9 +44,15 @@ func (h PubSubHealth) Receive(ctx context.Context, ps *redis.PubSub) (any, error
 	// go-redis keeps a connection whose read ran out of the timeout it was
 	// given. A read given none (a negative one) sets no deadline, so it
 	// fails at once on the one that passed, and go-redis, not expecting a
-	// timeout, drops the connection and dials again, under ctx. (A read
-	// under a context with a deadline would do the same, but dial under
-	// that context, past its deadline: a failed dial, counted against the
-	// client's pool.)
-	return ps.ReceiveTimeout(ctx, -1)
+	// timeout, drops the connection and dials again, under the read's
+	// context. Ended here: that dial fails at once, and the caller's next
+	// call dials, after its backoff. The timeout may have been a dial's
+	// (no connection was read): under ctx, the same dial would be made
+	// again at once.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if late, lerr := ps.ReceiveTimeout(ended, -1); lerr == nil {
+		return late, nil // a connection dialed meanwhile by another call
+	}
+	return nil, err
 }
