@@ -207,6 +207,13 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if n == 0 {
 		return nil, l.lost("re-enter")
 	}
+	if h.ctx.Err() != nil {
+		// Ended on this side while the request was on its way (Close,
+		// its lease by our clock): no Lock that has ended already, as
+		// for an acquisition. The outermost Unlock still removes the
+		// count Redis has just raised.
+		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
+	}
 	l.level = int(n)
 	l.ctx, l.cancel = context.WithCancelCause(h.ctx)
 	return l, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,4 +181,36 @@ func TestInnerUnlockHonoursCtxWhileReentryWaits(t *testing.T) {
 	}
 	proxy.Thaw()
 	testutil.Receive(t, reentered, 10*time.Second, "the re-entry's end")
+}
+
+// A re-entry whose hold ends on this side while its request is on its way
+// (Close, which leaves the lock in Redis) does not hand out a Lock that
+// has ended already: like an acquisition that Close cuts short, it fails.
+func TestReenterOfAHoldEndedMeanwhileFails(t *testing.T) {
+	srv := redistest.Start(t)
+	hooked := srv.Client(t)
+	c := newClientOn(t, hooked)
+	outer := mustLock(t, c, "reenter-ended", WithTTL(time.Minute))
+	closed := make(chan struct{})
+	hooked.AddHook(onCommand{name: "evalsha", do: &sync.Once{}, fn: func() {
+		// Close waits for this re-entry: only its first part, which ends
+		// the holds, is waited for here.
+		go func() { c.Close(); close(closed) }()
+		<-outer.Done()
+	}})
+	// A context with the hold's values but not its cancellation (a
+	// detached goroutine's): the request is sent whatever the hold does.
+	inner, err := c.Lock(context.WithoutCancel(outer.Context()), "reenter-ended")
+	testutil.Receive(t, closed, 10*time.Second, "Close")
+	if err == nil {
+		t.Fatalf("re-entry of a hold ended while it was on its way = a Lock (its Context: %v), want an error", context.Cause(inner.Context()))
+	}
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("re-entry = %v, want ErrClosed", err)
+	}
+	// The count Redis raised goes with the outermost Unlock.
+	_ = outer.Unlock(context.Background())
+	if n := hooked.Exists(context.Background(), c.keys("reenter-ended").lock).Val(); n != 0 {
+		t.Error("the lock is still in Redis after the outermost Unlock")
+	}
 }

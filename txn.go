@@ -89,6 +89,11 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 		waited := false // the WAIT followed an EXEC that ran
 		err := n.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			ok, err := tx.HExists(ctx, k.lock, l.Token()).Result()
+			if backend.WrongType(err) {
+				// Another kind of value at the lock's name: no token
+				// holds it there, as a renewal reads it (node.outcome).
+				ok, err = false, nil
+			}
 			if err != nil || !ok {
 				checked = err == nil
 				return err
@@ -101,7 +106,12 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 				return stop
 			}
 			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				stop = fn(pipe)
+				if stop = fn(pipe); stop == nil {
+					// Ended here while fn ran (Unlock, Close, a loss by
+					// our clock): Redis may still name this holder, so
+					// only this side can keep the EXEC from being sent.
+					stop = l.live()
+				}
 				return stop
 			})
 			if n.ack != nil && execRan(err) {

@@ -75,6 +75,14 @@ func TestTxnOfALostLockAppliesNothing(t *testing.T) {
 			}
 			waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return rdb.Time(ctx).Val().UnixMilli() > at })
 		}, true},
+		// Another kind of value at the lock's name: no token holds it, as
+		// a renewal, TTL or Extend reads it (last: the lock cannot be taken
+		// again while the value is there).
+		{"overwritten before", nil, func(t *testing.T, l *Lock) {
+			if err := rdb.Set(ctx, c.keys(l.Key()).lock, "other data", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := mustLock(t, c, "lost", tc.opts...)
@@ -422,5 +430,57 @@ func TestTxnReplicaAckAfterACommandError(t *testing.T) {
 	}
 	if ops := reports.ops(l.Token()); len(ops) != 2 || ops[0] != "txn" || ops[1] != "txn" {
 		t.Fatalf("reports %v, want two of op txn", ops)
+	}
+}
+
+// A Lock that ends here while its Txn's fn runs (Unlock, Close), after the
+// check and before EXEC, applies nothing, and Txn returns the cause of the
+// Lock's Context, whether Txn was given that Context or another. After
+// Close Redis still names the holder, so only this side can stop the write.
+func TestTxnOfALockEndedMidwayAppliesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	bg := context.Background()
+	for _, tc := range []struct {
+		name  string
+		own   bool // Txn is given the Lock's Context
+		close bool // Close the Client, else Unlock the Lock
+		want  error
+	}{
+		{"unlocked", false, false, ErrReleased},
+		{"unlocked, its own Context", true, false, ErrReleased},
+		{"closed", false, true, ErrClosed},
+		{"closed, its own Context", true, true, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClientOn(t, rdb)
+			l := mustLock(t, c, "midway")
+			defer rdb.Del(bg, c.keys("midway").lock)
+			ctx := bg
+			if tc.own {
+				ctx = l.Context()
+			}
+			calls := 0
+			err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+				if calls++; calls == 1 {
+					end := func() error { return l.Unlock(bg) }
+					if tc.close {
+						end = c.Close
+					}
+					if err := end(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				pipe.Set(bg, "{midway}:data", "late write", 0)
+				return nil
+			})
+			if !errors.Is(err, tc.want) {
+				t.Errorf("Txn = %v, want %v", err, tc.want)
+			}
+			if n := rdb.Exists(bg, "{midway}:data").Val(); n != 0 {
+				rdb.Del(bg, "{midway}:data")
+				t.Error("a Txn of a Lock ended midway was applied")
+			}
+		})
 	}
 }
