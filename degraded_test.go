@@ -282,7 +282,7 @@ func TestDegradedModeWhenRedisIsBusy(t *testing.T) {
 // A server that answers that it cannot take writes for now (a replica:
 // READONLY; a replica cut off from its master that serves no stale data:
 // MASTERDOWN; a master with fewer replicas than min-replicas-to-write:
-// NOREPLICAS) cannot serve the lock either: in the degraded mode, Lock
+// NOREPLICAS; one at its maxmemory: OOM) cannot serve the lock either: in the degraded mode, Lock
 // falls back to the in-process lock; without it, Lock returns that answer.
 func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 	ctx := context.Background()
@@ -297,6 +297,7 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 		{"READONLY", master, nil},
 		{"MASTERDOWN", gone, []string{"replica-serve-stale-data", "no"}},
 		{"NOREPLICAS", nil, []string{"min-replicas-to-write", "1"}},
+		{"OOM", nil, []string{"maxmemory", "1"}},
 	} {
 		t.Run(tc.reply, func(t *testing.T) {
 			srv := redistest.Start(t)
