@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -530,19 +531,42 @@ func TestBatchTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	}
 }
 
-// panicAfterBatchedRelease is a hook that panics once a pipeline holding
-// a release has had its reply, like a hook that inspects replies.
-type panicAfterBatchedRelease struct{ testutil.PassHook }
+// panicAfterBatchedRelease is a hook that holds releases back and panics
+// once a pipeline holding a release has had its reply, like a hook that
+// inspects replies.
+type panicAfterBatchedRelease struct {
+	testutil.PassHook
+	hold  chan struct{} // a release sent alone waits for it, or its context's end
+	reply chan struct{} // a pipeline of releases waits for it before it is sent
+}
 
-func (panicAfterBatchedRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &releaseEval.sha {
-				panic("hook bug")
+func isRelease(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return len(a) > 1 && a[0] == "evalsha" && a[1] == &releaseEval.sha
+}
+
+func (h panicAfterBatchedRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isRelease(cmd) {
+			select {
+			case <-h.hold:
+			case <-ctx.Done():
+				cmd.SetErr(ctx.Err())
+				return ctx.Err()
 			}
 		}
-		return err
+		return next(ctx, cmd)
+	}
+}
+
+func (h panicAfterBatchedRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isRelease) {
+			return next(ctx, cmds)
+		}
+		<-h.reply
+		_ = next(ctx, cmds)
+		panic("hook bug")
 	}
 }
 
@@ -550,28 +574,16 @@ func (panicAfterBatchedRelease) ProcessPipelineHook(next redis.ProcessPipelineHo
 // once its call was sent) is logged, not dropped without a trace.
 func TestBatchPanicWithNoCallerLeftIsLogged(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := startProxy(t, srv.Addr())
 	var logs syncBuffer
-	c, rdb := hookedClient(t, proxy.Addr(), panicAfterBatchedRelease{}, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	hook := panicAfterBatchedRelease{hold: make(chan struct{}), reply: make(chan struct{})}
+	c, _ := hookedClient(t, srv.Addr(), hook, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	b := c.be.(*node).batch
 	ctx := context.Background()
-	// Both slots' calls find a connection made: a call still dialling
-	// when its context is cancelled does not return until the dial fails.
-	conns := []*redis.Conn{rdb.Conn(), rdb.Conn()}
-	for _, conn := range conns {
-		if err := conn.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, conn := range conns {
-		conn.Close() // back to the pool
-	}
 	release := func(ctx context.Context) error {
 		// What it releases does not matter: only that a release is sent.
 		return b.run(ctx, releaseEval, []any{"k"}, "token").Err()
 	}
 
-	proxy.Freeze()
 	first, cancelFirst := context.WithCancel(ctx)
 	slots := make(chan error, 2)
 	go func() { slots <- release(first) }()
@@ -588,7 +600,8 @@ func TestBatchPanicWithNoCallerLeftIsLogged(t *testing.T) {
 	if err := <-left; !errors.As(err, new(inFlightError)) {
 		t.Fatalf("the queued call's caller got %v, want it to leave the call in flight", err)
 	}
-	proxy.Thaw()
+	close(hook.reply)
+	close(hook.hold)
 	<-slots
 	waitUntil(t, 5*time.Second, "the panic logged", func() bool { return strings.Contains(logs.String(), "hook bug") })
 	waitUntil(t, 5*time.Second, "no slot in flight and nothing queued", func() bool {
