@@ -301,34 +301,23 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 	var slow atomic.Bool
 	var dials atomic.Int32
 	dialing := make(chan struct{}, 1)
-	nodes := slices.Clone(cl.nodes)
-	slowNode := redis.NewClient(&redis.Options{
-		Addr: cl.srvs[0].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if slow.Load() && pubSubDial() {
-				dials.Add(1)
-				select {
-				case dialing <- struct{}{}:
-				default:
-				}
-				// The subject: a dial slower than a second.
-				select {
-				case <-time.After(2 * time.Second):
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
+	waiter := withPubSubDial(t, cl, 0, func(ctx context.Context) error {
+		if !slow.Load() {
+			return nil
+		}
+		dials.Add(1)
+		select {
+		case dialing <- struct{}{}:
+		default:
+		}
+		// The subject: a dial slower than a second.
+		select {
+		case <-time.After(2 * time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	})
-	t.Cleanup(func() { slowNode.Close() })
-	nodes[0] = slowNode
-	waiter, err := redlock.New(nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { waiter.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	subscribed := func(key string) func() bool {
@@ -352,6 +341,34 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 	}
 }
 
+// withPubSubDial returns a Client on cl's nodes whose node i calls before
+// ahead of each dial of a pub/sub connection, which may hold the dial
+// back or fail it (its error).
+func withPubSubDial(t *testing.T, cl *cluster, i int, before func(ctx context.Context) error) *dlock.Client {
+	t.Helper()
+	nodes := slices.Clone(cl.nodes)
+	node := redis.NewClient(&redis.Options{
+		Addr: cl.srvs[i].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if pubSubDial() {
+				if err := before(ctx); err != nil {
+					return nil, err
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { node.Close() })
+	nodes[i] = node
+	c, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // pubSubDial reports whether the goroutine dials a go-redis pub/sub
 // connection, not one of a client's pool.
 func pubSubDial() bool {
@@ -372,30 +389,18 @@ func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
 	var unreachable atomic.Bool
 	var mu sync.Mutex
 	var dials []time.Time
-	nodes := slices.Clone(cl.nodes)
-	node := redis.NewClient(&redis.Options{
-		Addr: cl.srvs[0].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if err := ctx.Err(); err != nil {
-				return nil, err // as net.Dialer: no dial under an ended context
-			}
-			if unreachable.Load() && pubSubDial() {
-				mu.Lock()
-				dials = append(dials, time.Now())
-				mu.Unlock()
-				return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrDeadlineExceeded}
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
+	waiter := withPubSubDial(t, cl, 0, func(ctx context.Context) error {
+		if err := ctx.Err(); err != nil {
+			return err // as net.Dialer: no dial under an ended context
+		}
+		if !unreachable.Load() {
+			return nil
+		}
+		mu.Lock()
+		dials = append(dials, time.Now())
+		mu.Unlock()
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	})
-	t.Cleanup(func() { node.Close() })
-	nodes[0] = node
-	waiter, err := redlock.New(nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { waiter.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := lockKey("a") + ":wake"
