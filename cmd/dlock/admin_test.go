@@ -369,6 +369,10 @@ func TestAdminForeignDataAtLockNames(t *testing.T) {
 			t.Errorf("%s: inspect does not show the holder:\n%s", name, r.stdout)
 		}
 		reported("inspect", r)
+		r = dlockRun(t, nil, "--redis", url, "run", "--no-wait", name, "--", "true")
+		if r.code != exitNotObtained || !strings.Contains(r.stderr, "is held by ") {
+			t.Errorf("%s: run --no-wait: status %d, stderr %q; want %d, naming the holder", name, r.code, r.stderr, exitNotObtained)
+		}
 		r = dlockRun(t, nil, "--redis", url, "release", "--force", name)
 		if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
 			t.Errorf("%s: release --force: status %d\nstdout:\n%s\nstderr: %s", name, r.code, r.stdout, r.stderr)
