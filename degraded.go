@@ -16,7 +16,7 @@ import (
 
 // DegradedMode says what a Client does when Redis cannot be reached while
 // it takes a lock, or answers that it cannot serve it for now (LOADING,
-// READONLY, MASTERDOWN, NOREPLICAS, OOM, CLUSTERDOWN, TRYAGAIN, BUSY).
+// READONLY, MASTERDOWN, NOREPLICAS, OOM, MISCONF, CLUSTERDOWN, TRYAGAIN, BUSY).
 type DegradedMode uint8
 
 const (

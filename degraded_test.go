@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -282,8 +284,9 @@ func TestDegradedModeWhenRedisIsBusy(t *testing.T) {
 // A server that answers that it cannot take writes for now (a replica:
 // READONLY; a replica cut off from its master that serves no stale data:
 // MASTERDOWN; a master with fewer replicas than min-replicas-to-write:
-// NOREPLICAS; one at its maxmemory: OOM) cannot serve the lock either: in the degraded mode, Lock
-// falls back to the in-process lock; without it, Lock returns that answer.
+// NOREPLICAS; one at its maxmemory: OOM; one whose last RDB save failed:
+// MISCONF) cannot serve the lock either: in the degraded mode, Lock falls
+// back to the in-process lock; without it, Lock returns that answer.
 func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 	ctx := context.Background()
 	master := redistest.Start(t)
@@ -293,11 +296,13 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 		reply  string
 		master *redistest.Server // nil: not a replica
 		config []string
+		then   func(*testing.T, *redis.Client)
 	}{
-		{"READONLY", master, nil},
-		{"MASTERDOWN", gone, []string{"replica-serve-stale-data", "no"}},
-		{"NOREPLICAS", nil, []string{"min-replicas-to-write", "1"}},
-		{"OOM", nil, []string{"maxmemory", "1"}},
+		{"READONLY", master, nil, nil},
+		{"MASTERDOWN", gone, []string{"replica-serve-stale-data", "no"}, nil},
+		{"NOREPLICAS", nil, []string{"min-replicas-to-write", "1"}, nil},
+		{"OOM", nil, []string{"maxmemory", "1"}, nil},
+		{"MISCONF", nil, []string{"save", "3600 1"}, failSave},
 	} {
 		t.Run(tc.reply, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -306,6 +311,9 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 				if err := rdb.ConfigSet(ctx, tc.config[0], tc.config[1]).Err(); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tc.then != nil {
+				tc.then(t, rdb)
 			}
 			if tc.master != nil {
 				if err := rdb.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(tc.master.Port())).Err(); err != nil {
@@ -325,6 +333,27 @@ func TestDegradedModeWhenRedisRefusesWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failSave makes the server's next RDB save fail (a directory stands where
+// the snapshot goes), saves, and waits until the server knows it failed:
+// from then on it refuses writes with MISCONF.
+func failSave(t *testing.T, rdb *redis.Client) {
+	ctx := context.Background()
+	dir, err := rdb.ConfigGet(ctx, "dir").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir["dir"], "dump.rdb"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.BgSave(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the failed save", func() bool {
+		info, err := rdb.Info(ctx, "persistence").Result()
+		return err == nil && strings.Contains(info, "rdb_last_bgsave_status:err")
+	})
 }
 
 // Re-entering a degraded lock with an ended context fails, as it does for

@@ -60,14 +60,15 @@ func redisError(op, key string, err error) error {
 // serverCannotServe reports whether err is the answer of a Redis server
 // that cannot serve the lock for now, though it may soon: loading its
 // data, a replica or a master cut off from its replicas, one out of
-// memory (until keys expire), a cluster missing the slot or moving it, a
-// script running long elsewhere.
+// memory (until keys expire), one whose last snapshot failed (until a save
+// succeeds), a cluster missing the slot or moving it, a script running
+// long elsewhere.
 func serverCannotServe(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM ", "BUSY "} {
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM ", "MISCONF ", "BUSY "} {
 		if strings.HasPrefix(re.Error(), p) {
 			return true
 		}
