@@ -17,7 +17,7 @@ import (
 // to take it. The others wait on an in-process lock and cost Redis nothing
 // (no queue entry, no refresh every third of the queue TTL, no wake-up
 // message); each acquisition is then one acquire and one release (and,
-// with WithAdaptiveTTL, one read of the hold statistics).
+// with WithAdaptiveTTL, one read and one write of the hold statistics).
 //
 // Between processes the order stays Redis's FIFO, with one place per
 // process and key: a process with many goroutines waiting for a key no
@@ -179,7 +179,7 @@ func (m *localLocks) abandon(w *localWaiter, h *localHold, err error) error {
 // just in time: then Redis gets one check, and no more.
 func (m *localLocks) giveUp(w *localWaiter, h *localHold, checks int) (*localHold, backend.Retry, error) {
 	if m.leave(w, h) {
-		return h, noRetry{}, nil
+		return h, resumedRetry{n: checks, over: true}, nil
 	}
 	return nil, nil, fmt.Errorf("dlock: lock %q: %w: %s", h.key, ErrNotObtained, backend.GaveUp(checks))
 }
@@ -228,17 +228,21 @@ func (m *localLocks) size() int {
 // costs nothing, and the next one is at due, the strategy's check n+1; so
 // the schedule is the same wherever the waiting was.
 type resumedRetry struct {
-	r   backend.Retry
-	n   int
-	due time.Time
+	r    backend.Retry
+	n    int
+	due  time.Time
+	over bool // the strategy gave up at check n: the hand-over's check is the last
 }
 
 // FirstDue is when the delay under way ends (backend.Resumed).
 func (o resumedRetry) FirstDue() time.Time { return o.due }
 
+// Counted is the checks spent in the process (backend.Resumed).
+func (o resumedRetry) Counted() int { return o.n }
+
 func (o resumedRetry) Backoff(attempt int) (time.Duration, bool) {
 	if attempt == 1 {
-		return time.Until(o.due), true // the rest of the delay under way
+		return time.Until(o.due), !o.over // the rest of the delay under way
 	}
 	return o.r.Backoff(attempt - 1 + o.n)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,8 +162,13 @@ func TestLocalQueueRetryCarriesOver(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrNotObtained) {
+	err := <-done
+	if !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+	}
+	// The error counts the checks in the process too, as the strategy did.
+	if !strings.HasSuffix(err.Error(), backend.GaveUp(8)) {
+		t.Errorf("Lock = %v, want it to say it %s", err, backend.GaveUp(8))
 	}
 	if w := <-got; w != nil {
 		_ = w.Unlock(ctx)
@@ -176,6 +182,60 @@ func TestLocalQueueRetryCarriesOver(t *testing.T) {
 	}
 	if len(retry.asked) != 8 {
 		t.Errorf("checks asked = %v, want 1, 2, ... 8", retry.asked)
+	}
+}
+
+// lastCheckRetry allows one re-check and, asked about the second, waits
+// for proceed before it gives up: the in-process lock can be handed over
+// meanwhile, as when it comes just as the strategy's last delay ends.
+type lastCheckRetry struct {
+	asked, proceed chan struct{}
+}
+
+func (r lastCheckRetry) Backoff(attempt int) (time.Duration, bool) {
+	if attempt == 1 {
+		return 5 * time.Millisecond, true
+	}
+	close(r.asked)
+	<-r.proceed
+	return 0, false
+}
+
+// TestLocalQueueRetryGivenUpJustAsHandedOver: a waiter handed the
+// in-process lock just as its strategy gave up makes one check in Redis
+// and no more; finding the lock taken there, it says how many checks it
+// made in all, as any other give-up does.
+func TestLocalQueueRetryGivenUpJustAsHandedOver(t *testing.T) {
+	c, rdb, _ := newTestClient(t, WithLocalQueue())
+	other := newClientOn(t, rdb) // another process
+	ctx := context.Background()
+	mine := mustLock(t, c, "r")
+	retry := lastCheckRetry{asked: make(chan struct{}), proceed: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "r", WithRetry(retry))
+		done <- err
+	}()
+	theirs := make(chan *Lock, 1)
+	go func() {
+		l, _ := other.Lock(ctx, "r")
+		theirs <- l
+	}()
+	waitUntil(t, 5*time.Second, "the other process to queue", func() bool { return queued(t, rdb, c, "r") == 1 })
+	testutil.Receive(t, retry.asked, 5*time.Second, "the strategy's second check")
+	// The Redis lock goes to the other process, the in-process one to
+	// our waiter, whose strategy is giving up.
+	if err := mine.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the hand-over in the process", func() bool { return localWaiting(c, "r") == 0 })
+	close(retry.proceed)
+	err := <-done
+	if !errors.Is(err, ErrNotObtained) || !strings.HasSuffix(err.Error(), backend.GaveUp(2)) {
+		t.Errorf("Lock = %v, want ErrNotObtained: %s", err, backend.GaveUp(2))
+	}
+	if l := <-theirs; l != nil {
+		_ = l.Unlock(ctx)
 	}
 }
 

@@ -54,6 +54,9 @@ func (s *RetrySchedule) Delay(start time.Time, d time.Duration) (time.Duration, 
 // instant, not a delay after the check that found the lock taken.
 type Resumed interface {
 	FirstDue() time.Time
+	// Counted is how many checks the schedule counted before it resumed
+	// here, where its first check still belongs to the last of them.
+	Counted() int
 }
 
 // MinBackoff is the shortest wait before a counted check: a Retry that asks
@@ -61,8 +64,15 @@ type Resumed interface {
 // Redis in a tight loop.
 const MinBackoff = time.Millisecond
 
-// Attempts returns how many checks the Retry counted.
-func (s *RetrySchedule) Attempts() int { return s.attempt }
+// Attempts returns how many checks the Retry counted, those of a schedule
+// it resumes included: a wait that began in the process reports the same
+// count as one spent in Redis alone.
+func (s *RetrySchedule) Attempts() int {
+	if r, ok := s.Retry.(Resumed); ok && s.attempt > 0 {
+		return r.Counted() + s.attempt - 1
+	}
+	return s.attempt
+}
 
 // GaveUp says how many checks a wait made before its Retry gave up.
 func GaveUp(checks int) string {

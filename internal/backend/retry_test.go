@@ -61,3 +61,39 @@ func TestGaveUpCountsChecks(t *testing.T) {
 		}
 	}
 }
+
+// resumed continues, in this schedule, a fixed one that counted n checks
+// elsewhere.
+type resumed struct {
+	fixed
+	n   int
+	due time.Time
+}
+
+func (r resumed) FirstDue() time.Time { return r.due }
+func (r resumed) Counted() int        { return r.n }
+func (r resumed) Backoff(attempt int) (time.Duration, bool) {
+	if attempt == 1 {
+		return time.Until(r.due), true
+	}
+	return r.fixed.Backoff(attempt - 1 + r.n)
+}
+
+// A resumed schedule counts the checks made before it too: the count it
+// gives up with is the one the Retry gave up at.
+func TestRetryScheduleCountsResumedChecks(t *testing.T) {
+	t0 := time.Now()
+	s := RetrySchedule{Retry: resumed{fixed: fixed{time.Second, 4}, n: 3, due: t0.Add(time.Second)}}
+	next := t0
+	for {
+		due, ok := s.Next(next)
+		if !ok {
+			break
+		}
+		next = due
+	}
+	// Checks 1 to 3 before, then 4 and 5 here; Backoff(5) gives up.
+	if s.Attempts() != 5 {
+		t.Fatalf("attempts = %d, want 5", s.Attempts())
+	}
+}
