@@ -1274,3 +1274,32 @@ func TestUncontendedLockAndUnlockAreTwoRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// A Lock call whose context has ended already sends nothing: there is
+// no queue entry to leave, and no lock it could have taken.
+func TestLockWithEndedContextSendsNothing(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	bg := context.Background()
+	mustLock(t, c, "warm").Unlock(bg) // scripts loaded, connected
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	for name, take := range map[string]func() (*Lock, error){
+		"Lock":    func() (*Lock, error) { return c.Lock(ctx, "job") },
+		"TryLock": func() (*Lock, error) { return c.TryLock(ctx, "job") },
+		"Acquire": func() (*Lock, error) { return c.Semaphore("pool", 2).Acquire(ctx, 1) },
+	} {
+		if err := rdb.ConfigResetStat(bg).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := take(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended context = %v, want context.Canceled", name, err)
+		}
+		stats, err := rdb.Info(bg, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stats, "cmdstat_evalsha") {
+			t.Errorf("%s with an ended context ran scripts on Redis:\n%s", name, stats)
+		}
+	}
+}

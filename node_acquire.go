@@ -51,6 +51,11 @@ func (a *attempt) grant(fence uint64, start time.Time, ttl time.Duration, began 
 }
 
 func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		// Nothing sent, so nothing to leave: a check that fails is
+		// followed by a release (abandon), a round trip wasted here.
+		return backend.Grant{}, redisError(kindOf(a.r.Permits), a.r.Key, err)
+	}
 	join := "0"
 	if a.r.Wait {
 		join = "1"
