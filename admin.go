@@ -45,7 +45,10 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := inspectScript.Run(ctx, n.rdb, n.keys(key).all()).Slice()
+	k := n.keys(key)
+	v, err := followFailover(ctx, n.rdb, k.lock, func() *redis.Cmd {
+		return inspectScript.Run(ctx, n.rdb, k.all())
+	}).Slice()
 	if err == nil && len(v) != 5 {
 		err = fmt.Errorf("inspect script replied %v", v)
 	}

@@ -94,17 +94,8 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 		return notSent(ctx)
 	}
 	if b.maxInflight < 0 {
-		cmd := s.run(ctx, b.rdb, keys, args...)
-		if reloadSlots(ctx, b.rdb, cmd.Err()) && failedOver(ctx, b.rdb, keys[0], cmd.Err()) {
-			// The key's master could not be dialled and the cluster has
-			// promoted another since: a Client idle through the failover
-			// still had the dead master in its slot map. Sent again there,
-			// once: the scripts may run twice (a retry by go-redis may have
-			// reached the old master before it died).
-			cmd = s.run(ctx, b.rdb, keys, args...)
-			reloadSlots(ctx, b.rdb, cmd.Err())
-		}
-		return cmd
+		// The acquire and release scripts may run twice.
+		return followFailover(ctx, b.rdb, keys[0], func() *redis.Cmd { return s.run(ctx, b.rdb, keys, args...) })
 	}
 	b.mu.Lock()
 	if b.inflight < b.maxInflight && len(b.pending) == 0 {

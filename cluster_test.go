@@ -1257,13 +1257,92 @@ func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 // waiting, for the rest of the lease. With replica acknowledgement too,
 // whose calls go to the masters' own clients.
 func TestClusterUnlockRightAfterFailover(t *testing.T) {
+	forEachFailedOverHolder(t, 1, nil, func(t *testing.T, hs []failedOverHolder, promoted *redis.Client) {
+		h := hs[0]
+		if err := h.l.Unlock(context.Background()); err != nil {
+			t.Fatalf("Unlock after the failover: %v", err)
+		}
+		if n := promoted.Exists(context.Background(), h.c.keys(h.l.Key()).lock).Val(); n != 0 {
+			t.Fatalf("the lock is still held on the promoted master after Unlock")
+		}
+	})
+}
+
+// So must the holder's other calls, each of which may be a program's first
+// after the failover: Inspect, TTL, a re-entry, Txn, and Extend (a lock
+// without renewal has no other way to keep its lease, and would be lost
+// while the promoted master holds it).
+func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		call func(c *Client, l *Lock) error
+	}{
+		{"Inspect", func(c *Client, l *Lock) error {
+			info, err := c.Inspect(ctx, l.Key())
+			if err == nil && info.Owner != l.Token() {
+				err = fmt.Errorf("owner %q, want %q", info.Owner, l.Token())
+			}
+			return err
+		}},
+		{"TTL", func(c *Client, l *Lock) error {
+			d, err := l.TTL(ctx)
+			if err == nil && d <= 0 {
+				err = fmt.Errorf("lease left %v", d)
+			}
+			return err
+		}},
+		{"re-entry", func(c *Client, l *Lock) error {
+			inner, err := c.TryLock(l.Context(), l.Key())
+			if err != nil {
+				return err
+			}
+			return inner.Unlock(ctx)
+		}},
+		{"Txn", func(c *Client, l *Lock) error {
+			return l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, l.SlotKey("txn"), "x", 0); return nil })
+		}},
+		{"Extend", func(c *Client, l *Lock) error { return l.Extend(ctx, 2*time.Minute) }},
+	}
+	forEachFailedOverHolder(t, len(calls), []LockOption{WithoutRenewal()}, func(t *testing.T, hs []failedOverHolder, promoted *redis.Client) {
+		for i, tc := range calls {
+			h := hs[i]
+			if err := tc.call(h.c, h.l); err != nil {
+				t.Errorf("%s as the first call after the failover: %v", tc.name, err)
+			}
+		}
+		if d := promoted.PTTL(ctx, hs[len(hs)-1].c.keys(hs[len(hs)-1].l.Key()).lock).Val(); d <= time.Minute {
+			t.Errorf("lease on the promoted master after Extend = %v, want over a minute", d)
+		}
+		for _, h := range hs {
+			if err := h.l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// failedOverHolder is a Client, on a cluster client of its own, and the
+// lock it holds on a master that has failed over since.
+type failedOverHolder struct {
+	c *Client
+	l *Lock
+}
+
+// forEachFailedOverHolder makes n holders (with lockOpts, a lease of a
+// minute), through Clients with and without replica acknowledgement on a
+// fresh cluster, all on one master; kills that master, waits for the
+// replica's promotion, and runs check with the holders and a client of the
+// promoted master. The holders send nothing meanwhile: the slot map of
+// each one's cluster client still names the dead master.
+func forEachFailedOverHolder(t *testing.T, n int, lockOpts []LockOption, check func(t *testing.T, hs []failedOverHolder, promoted *redis.Client)) {
 	for _, tc := range []struct {
 		name string
 		opts []Option
 	}{
 		{"plain", nil},
-		// The promoted master has no replica: the release is reported
-		// short of acknowledgements, which never fails it.
+		// The promoted master has no replica: the writes are reported
+		// short of acknowledgements, which fails none of them.
 		{"replica ack", []Option{WithReplicaAck(1, 200*time.Millisecond, AcceptAndReport)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1271,29 +1350,29 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 			cl := redistest.StartCluster(t, 3)
 			replica := cl.AddReplica(t, 0)
 			dead := cl.Nodes[0].Addr()
-			cc := cl.Client(t)
-			c := newClientOn(t, cc, tc.opts...)
-			key := "unlock-failover:0"
-			for i := 1; masterOf(t, cc, c, key) != dead; i++ {
-				key = fmt.Sprintf("unlock-failover:%d", i)
-			}
-			l := mustLock(t, c, key, WithTTL(time.Minute))
 			rc := replica.Client(t)
-			waitUntil(t, 10*time.Second, "the grant on the replica", func() bool {
-				return rc.Do(ctx, "READONLY").Err() == nil && rc.Exists(ctx, c.keys(key).lock).Val() == 1
-			})
+			hs := make([]failedOverHolder, n)
+			next := 0
+			for i := range hs {
+				cc := cl.Client(t)
+				c := newClientOn(t, cc, tc.opts...)
+				key := fmt.Sprintf("holder-failover:%d", next)
+				for ; masterOf(t, cc, c, key) != dead; key = fmt.Sprintf("holder-failover:%d", next) {
+					next++
+				}
+				next++
+				hs[i] = failedOverHolder{c, mustLock(t, c, key, append([]LockOption{WithTTL(time.Minute)}, lockOpts...)...)}
+				waitUntil(t, 10*time.Second, "the grant on the replica", func() bool {
+					return rc.Do(ctx, "READONLY").Err() == nil && rc.Exists(ctx, c.keys(key).lock).Val() == 1
+				})
+			}
 			cl.Nodes[0].Kill(t)
 			waitUntil(t, 30*time.Second, "the replica to be promoted", func() bool {
 				role, err := rc.Do(ctx, "ROLE").Slice()
 				return err == nil && len(role) > 0 && role[0] == "master" &&
 					strings.Contains(rc.ClusterInfo(ctx).Val(), "cluster_state:ok")
 			})
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock after the failover: %v", err)
-			}
-			if n := rc.Exists(ctx, c.keys(key).lock).Val(); n != 0 {
-				t.Fatalf("the lock is still held on the promoted master after Unlock")
-			}
+			check(t, hs, rc)
 		})
 	}
 }

@@ -134,6 +134,22 @@ func failedOver(ctx context.Context, rdb redis.UniversalClient, key any, err err
 	return mErr == nil && m.Options().Addr != op.Addr.String()
 }
 
+// followFailover sends a command for the master of key (as failedOver
+// takes it) with send, and sends it once more if that master could not be
+// dialled and the cluster has promoted another since: a Client idle
+// through the failover still had the dead master in its slot map, which
+// go-redis would not reload for up to a minute. The command may run twice
+// (a retry by go-redis may have reached the old master before it died):
+// only commands that allow it are sent so.
+func followFailover(ctx context.Context, rdb redis.UniversalClient, key any, send func() *redis.Cmd) *redis.Cmd {
+	cmd := send()
+	if reloadSlots(ctx, rdb, cmd.Err()) && failedOver(ctx, rdb, key, cmd.Err()) {
+		cmd = send()
+		reloadSlots(ctx, rdb, cmd.Err())
+	}
+	return cmd
+}
+
 // renew sends the renewals in one pipeline; each command has its outcome.
 func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 	pipe := n.rdb.Pipeline()
@@ -168,7 +184,11 @@ func (n *node) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) 
 		return n.extendAcked(ctx, l, ttl)
 	}
 	k := leaseKeys(l)
-	v, err := k.scripts().extend.Run(ctx, n.rdb, []string{k.lock}, l.Token, backend.Millis(ttl), l.NextExtend()).Int64()
+	// Twice is as once: the script applies an Extend's number once.
+	ext := l.NextExtend()
+	v, err := followFailover(ctx, n.rdb, k.lock, func() *redis.Cmd {
+		return k.scripts().extend.Run(ctx, n.rdb, []string{k.lock}, l.Token, backend.Millis(ttl), ext)
+	}).Int64()
 	return extendOutcome(v, err)
 }
 
@@ -185,7 +205,9 @@ func extendOutcome(v int64, err error) (backend.Outcome, error) {
 // TTL reads the remaining lease.
 func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
 	k := leaseKeys(l)
-	v, err := k.scripts().ttl.Run(ctx, n.rdb, []string{k.lock}, l.Token).Int64()
+	v, err := followFailover(ctx, n.rdb, k.lock, func() *redis.Cmd {
+		return k.scripts().ttl.Run(ctx, n.rdb, []string{k.lock}, l.Token)
+	}).Int64()
 	switch {
 	case backend.WrongType(err):
 		return 0, backend.NotHeld, nil // as for a renewal: see outcome
@@ -218,7 +240,11 @@ func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64,
 
 // Reenter raises the hold count to level.
 func (n *node) Reenter(ctx context.Context, l *backend.Lease, level int) (int64, error) {
-	v, err := reenterScript.Run(ctx, n.rdb, []string{leaseKeys(l).lock}, l.Token, level).Int64()
+	// Twice is as once: a count already at level is left as it is.
+	name := leaseKeys(l).lock
+	v, err := followFailover(ctx, n.rdb, name, func() *redis.Cmd {
+		return reenterScript.Run(ctx, n.rdb, []string{name}, l.Token, level)
+	}).Int64()
 	if backend.WrongType(err) {
 		return 0, nil // another kind of value at the lock's name: not held, as for a renewal
 	}

@@ -140,6 +140,9 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			return l.lost("txn")
 		case errors.Is(err, redis.TxFailedErr) && attempt < maxTxnAttempts:
 			// The key moved: renewed, extended or lost. Look again.
+		case !checked && attempt < maxTxnAttempts && reloadSlots(ctx, n.rdb, err) && failedOver(ctx, n.rdb, k.lock, err):
+			// The lock's master could not be dialled, so nothing was sent,
+			// and the cluster has promoted another since (followFailover).
 		case err != nil && waited:
 			if aerr := n.ack.check(got, leaseWritten("txn", l.h.lease)); aerr != nil {
 				err = fmt.Errorf("%w; %w", aerr, err)
