@@ -15,16 +15,30 @@ import (
 // and sleeping until the lock is handed over if it is held and r.Wait.
 func (n *node) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
 	a := &attempt{n: n, r: r, keys: n.keysOf(r.Key, r.Permits)}
-	// A lock handed over while we wait starts with at most a queue TTL of
+	// A lock handed over while we wait starts with at most queueLife of
 	// lease, so that if we died meanwhile it is stuck no longer than that;
 	// the watchdog extends it to the full lease at its first renewal (with
 	// replica acknowledgement, the new holder sets it at once: handedOver, or
 	// the check that finds it handed over).
 	a.grantTTL = r.TTL
 	if r.Renew {
-		a.grantTTL = min(r.TTL, n.queueTTL)
+		a.grantTTL = min(r.TTL, n.queueLife())
 	}
 	return a.run(ctx)
+}
+
+// queueLife is how long a waiter's queue entry, and a lock handed over to
+// it, last without a check of the waiter's: the queue TTL, and with
+// replica acknowledgement the longest a check's WAIT takes too (timeout,
+// and waitLate more, while replicas are missing). A live waiter's next
+// check cannot come before the last one answered: without that, the entry
+// ran out meanwhile and a release skipped the waiter, or the lock handed
+// over ran out before the waiter, told of it, could take it.
+func (n *node) queueLife() time.Duration {
+	if n.ack == nil {
+		return n.queueTTL
+	}
+	return n.queueTTL + n.ack.timeout + waitLate
 }
 
 // attempt is one acquisition that has not got the lock yet.
@@ -60,7 +74,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	if a.r.Wait {
 		join = "1"
 	}
-	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueTTL), backend.Millis(a.grantTTL)
+	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueLife()), backend.Millis(a.grantTTL)
 	a.args = [8]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id, &a.ttlMS}
 	args := a.args[:7]
 	switch p := a.r.Permits; {

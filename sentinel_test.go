@@ -911,12 +911,21 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 // the next must still refresh its queue entry before that runs out (a
 // release would skip it, and hand the lock to the waiter behind it).
 func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
+	// With 100 ms, under 3/4 of the 5 s ReadTimeout; more than 2/3 of the
+	// 3 s queue TTL.
+	t.Run("TimeoutWithinQueueTTL", func(t *testing.T) { replicaAckWaiterKeepsPlace(t, 2500*time.Millisecond) })
+	// A WAIT longer than the queue TTL: the next check cannot run before
+	// the entry the last one wrote would run out.
+	t.Run("TimeoutBeyondQueueTTL", func(t *testing.T) { replicaAckWaiterKeepsPlace(t, 3500*time.Millisecond) })
+}
+
+// replicaAckWaiterKeepsPlace checks, with the default queue TTL and a
+// replica ack timeout of timeout, that a queued waiter's entry never runs
+// out while its checks wait for the paused replica.
+func replicaAckWaiterKeepsPlace(t *testing.T, timeout time.Duration) {
 	ctx := context.Background()
 	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
-	// With 100 ms, under 3/4 of the 5 s ReadTimeout; more than 2/3 of the
-	// 3 s queue TTL.
-	const timeout = 2500 * time.Millisecond
 	holder := newClientOn(t, rdb)
 	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
 	t.Cleanup(func() { _ = wrdb.Close() })
@@ -1033,5 +1042,54 @@ func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 	}
 	if err := r.l.Context().Err(); err != nil {
 		t.Fatal(context.Cause(r.l.Context()))
+	}
+}
+
+// A lock handed over while the waiter's check waits for the paused
+// replica longer than the queue TTL: the check ran before the release and
+// answers "held by another" a whole WAIT later; only then does the waiter
+// take the hand-over it was told of. The lease the release gave it must
+// last until then: the waiter gets the very lock it was handed, not a new
+// one taken after it lapsed (the lock free meanwhile, for anyone).
+func TestReplicaAckHandOverDuringLongWait(t *testing.T) {
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb := master.Client(t)
+	// timeout > queueTTL: each check answers after the entry it wrote,
+	// and a queue TTL's lease, would have run out.
+	const timeout, queueTTL = 1500 * time.Millisecond, time.Second
+	holder := newClientOn(t, rdb)
+	// Its scripts are cached (hookedClient): none is sent twice.
+	waiter, _ := hookedClient(t, master.Addr(), testutil.PassHook{}, WithQueueTTL(queueTTL), WithReplicaAck(1, timeout, AcceptAndReport))
+	replica.Pause(t)
+	defer replica.Resume(t)
+
+	const key = "long-wait"
+	l := mustLock(t, holder, key)
+	got := lockAsync(ctx, waiter, key)
+	waitQueuedAndSubscribed(t, rdb, waiter, key)
+	// Checks follow each other at once (each waits longer than a third of
+	// the queue TTL): release right after the next one ran.
+	k := holder.keys(key)
+	token := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
+	entry := rdb.HGet(ctx, k.waiters, token).Val()
+	waitUntil(t, 5*time.Second, "the next check to run", func() bool {
+		e, err := rdb.HGet(ctx, k.waiters, token).Result()
+		return err == nil && e != entry
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handed, err := rdb.HGet(ctx, k.lock, ":fence").Uint64()
+	if err != nil {
+		t.Fatalf("no lock handed over: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock by hand-over = %v", r.err)
+	}
+	defer func() { _ = r.l.Unlock(ctx) }()
+	if r.l.Fence() != handed {
+		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", r.l.Fence(), handed)
 	}
 }
