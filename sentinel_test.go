@@ -1032,16 +1032,8 @@ func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 		t.Fatalf("no lock handed over: %v", err)
 	}
 	close(check.release)
-	r := <-got
-	if r.err != nil {
-		t.Fatalf("Lock by hand-over = %v", r.err)
-	}
-	defer func() { _ = r.l.Unlock(ctx) }()
-	if r.l.Fence() != handed {
-		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", r.l.Fence(), handed)
-	}
-	if err := r.l.Context().Err(); err != nil {
-		t.Fatal(context.Cause(r.l.Context()))
+	if w := wantHanded(t, got, handed); w.Context().Err() != nil {
+		t.Fatal(context.Cause(w.Context()))
 	}
 }
 
@@ -1084,12 +1076,21 @@ func TestReplicaAckHandOverDuringLongWait(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no lock handed over: %v", err)
 	}
+	wantHanded(t, got, handed)
+}
+
+// wantHanded waits for a waiter's Lock call on got and checks that it got
+// the lock handed over to it with fence handed, not a new one taken after
+// the hand-over lapsed. The lock is unlocked when the test ends.
+func wantHanded(t *testing.T, got <-chan lockResult, handed uint64) *Lock {
+	t.Helper()
 	r := <-got
 	if r.err != nil {
 		t.Fatalf("Lock by hand-over = %v", r.err)
 	}
-	defer func() { _ = r.l.Unlock(ctx) }()
+	t.Cleanup(func() { _ = r.l.Unlock(context.Background()) })
 	if r.l.Fence() != handed {
 		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", r.l.Fence(), handed)
 	}
+	return r.l
 }
