@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -504,20 +505,24 @@ func TestWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
 	_ = o.Unlock(ctx)
 }
 
-// waitThroughOutage queues a waiter (with the queue TTL and Lock options
-// given) behind a held lock, then puts Redis out of its reach for good, and
-// returns after how long its Lock returned (10 s at most), and what.
-func waitThroughOutage(t *testing.T, queueTTL time.Duration, opts ...LockOption) (time.Duration, error) {
+// waitThroughOutage queues a waiter on srv (with the Client and Lock
+// options given) behind a held lock, then puts Redis out of its reach for
+// good, and returns after how long its Lock returned (10 s at most), and
+// what.
+func waitThroughOutage(t *testing.T, srv *redistest.Server, clientOpts []Option, opts ...LockOption) (time.Duration, error) {
 	t.Helper()
-	srv := redistest.Start(t)
 	holder := newClientOn(t, srv.Client(t))
 	p := startProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	// Neither commands nor dials retried: a check fails as soon as it
+	// cannot reach Redis.
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	waiter := newClientOn(t, rdb, WithQueueTTL(queueTTL))
+	waiter := newClientOn(t, rdb, clientOpts...)
 	ctx := context.Background()
 	l := mustLock(t, holder, "outage")
-	defer l.Unlock(ctx)
+	// Held until the test ends: its release would hand the lock to the
+	// waiter's entry, if that still lives.
+	t.Cleanup(func() { _ = l.Unlock(ctx) })
 
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -535,7 +540,7 @@ func waitThroughOutage(t *testing.T, queueTTL time.Duration, opts ...LockOption)
 // after about 2 s would wait as long as its queue entry lives (a minute
 // here) before returning the connection error.
 func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
-	waited, err := waitThroughOutage(t, time.Minute, WithRetry(FixedRetry(time.Second, 2)))
+	waited, err := waitThroughOutage(t, redistest.Start(t), []Option{WithQueueTTL(time.Minute)}, WithRetry(FixedRetry(time.Second, 2)))
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock with FixedRetry(1s, 2) while Redis is out of reach = %v after %v, want it to give up after about 2s", err, waited)
 	}
@@ -548,11 +553,48 @@ func TestRetryBoundsWaitWhileRedisIsOutOfReach(t *testing.T) {
 // only while its queue entry lives: then Lock returns the connection error
 // (the entry is gone, so is the place), not only when ctx ends.
 func TestQueuedWaiterGivesUpWhenItsEntryRunsOut(t *testing.T) {
-	waited, err := waitThroughOutage(t, 600*time.Millisecond)
+	waited, err := waitThroughOutage(t, redistest.Start(t), []Option{WithQueueTTL(600 * time.Millisecond)})
+	if !connectionError(err) {
+		t.Fatalf("Lock while Redis is out of reach past the queue TTL = %v after %v, want the connection error", err, waited)
+	}
+}
+
+// connectionError reports whether err is that of a connection that failed
+// (refused, reset, closed), not the end of a context.
+func connectionError(err error) bool {
 	var op *net.OpError
 	connErr := errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
-	if !connErr || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock while Redis is out of reach past the queue TTL = %v after %v, want the connection error", err, waited)
+	return connErr && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// With WithReplicaAck a queued waiter's entry lasts the ack timeout +
+// 100 ms longer than the queue TTL (its checks answer only after their
+// WAIT): while Redis is out of reach, the waiter keeps its place as long
+// as that entry lives, not only a queue TTL.
+func TestReplicaAckWaiterKeepsPlaceWhileItsEntryLives(t *testing.T) {
+	master, _ := redistest.StartReplicated(t)
+	// queueTTL + timeout + 100 ms: the entry lives 2.4 s.
+	const queueTTL, timeout = 300 * time.Millisecond, 2 * time.Second
+	waited, err := waitThroughOutage(t, master, []Option{WithQueueTTL(queueTTL), WithReplicaAck(1, timeout, AcceptAndReport)})
+	if !connectionError(err) {
+		t.Fatalf("Lock while Redis is out of reach = %v after %v, want the connection error", err, waited)
+	}
+	// The waiter could not leave the queue (Redis was out of its reach),
+	// and the lock is still held: its entry is as its last check wrote
+	// it, unless it ran out.
+	ctx := context.Background()
+	rdb := master.Client(t)
+	waiters := newClientOn(t, rdb).keys("outage").waiters
+	now := rdb.Time(ctx).Val()
+	for _, entry := range rdb.HGetAll(ctx, waiters).Val() {
+		deadline, err := strconv.ParseInt(strings.Fields(entry)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("queue entry %q: %v", entry, err)
+		}
+		// Drift (1% + 2 ms) and a round trip apart at most.
+		if left := time.Duration(deadline-now.UnixMilli()) * time.Millisecond; left > 200*time.Millisecond {
+			t.Fatalf("Lock gave up after %v, %v before its queue entry ran out", waited, left)
+		}
 	}
 }
 

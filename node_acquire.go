@@ -74,7 +74,8 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	if a.r.Wait {
 		join = "1"
 	}
-	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(a.n.queueLife()), backend.Millis(a.grantTTL)
+	queueLife := a.n.queueLife() // each check's queue entry lasts that long
+	a.ttlMS, a.queueMS, a.grantMS = backend.Millis(a.r.TTL), backend.Millis(queueLife), backend.Millis(a.grantTTL)
 	a.args = [8]any{&a.r.Token, &a.ttlMS, &a.r.Meta, join, &a.queueMS, &a.grantMS, &a.n.id, &a.ttlMS}
 	args := a.args[:7]
 	switch p := a.r.Permits; {
@@ -197,7 +198,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w", kindOf(a.r.Permits), a.r.Key, ErrNotObtained)
 		}
 		notHeldAt = start
-		queuedUntil = start.Add(a.n.queueTTL - backend.Drift(a.n.queueTTL))
+		queuedUntil = start.Add(queueLife - backend.Drift(queueLife))
 		if len(res) > 2 {
 			staleUpTo = max(staleUpTo, uint64(res[2]))
 		}

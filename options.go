@@ -76,9 +76,10 @@ func WithClientName(name string) Option {
 // without refreshing it (default 3 s). Waiters refresh every third of it (of
 // their lease, if that is shorter), so a waiter whose process dies stops
 // blocking the queue within this time. With WithReplicaAck, a waiter's
-// place, and a lock handed over to it, last the replica ack timeout + 100 ms
-// longer: its checks answer only after their WAIT. It must be between
-// 30 ms and 1 h, or New returns an error wrapping ErrInvalidTTL.
+// place, and a lock handed over to it (within its lease), last the replica
+// ack timeout + 100 ms longer: its checks answer only after their WAIT. It
+// must be between 30 ms and 1 h, or New returns an error wrapping
+// ErrInvalidTTL.
 func WithQueueTTL(d time.Duration) Option {
 	return func(c *clientConfig) { c.queueTTL = d }
 }
