@@ -659,3 +659,26 @@ func TestCloseDuringHungUnlockEndsAtDeadline(t *testing.T) {
 		t.Errorf("events = %q, want acquired, lost once, then the Unlock's outcome", got)
 	}
 }
+
+// An Extend to a shorter lease after Close, while the lock's Unlock hangs,
+// shortens the lease in Redis: the Context must end by that lease's
+// deadline, not by the one Close found, or it is still live while another
+// client holds the lock.
+func TestShorteningExtendDuringHungUnlockAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}})
+	other := newClientOn(t, srv.Client(t))
+	ctx := context.Background()
+	l := mustLock(t, c, "k", WithTTL(10*time.Second))
+	held.arm()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	<-held.reached
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Extend(ctx, 200*time.Millisecond)
+	endsBeforeTaken(t, l, other, held)
+	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
+}

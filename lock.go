@@ -115,13 +115,15 @@ func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Extend resets the lease to ttl from now and makes ttl the lease the
 // watchdog keeps renewing. It fails with an error wrapping ErrLockLost if
-// the lock was lost, or ErrReleased if it was unlocked. If it fails
-// otherwise, Redis may or may not have the new
-// lease: until a renewal succeeds, the lock is trusted no longer than the
-// shorter of the two, and the watchdog renews for the shorter of the two
-// until an Extend succeeds (the failed request may still reach Redis after
-// a renewal, and shorten the lease that renewal set). An Extend whose ctx
-// has already ended is not sent, and changes nothing.
+// the lock was lost, or ErrReleased if it was unlocked. While it is under
+// way, Redis may have set the new lease already: the lock is trusted no
+// longer than the shorter of the two. If it fails otherwise, Redis may or
+// may not have the new lease: until a renewal succeeds, the lock is
+// trusted no longer than the shorter of the two, and the watchdog renews
+// for the shorter of the two until an Extend succeeds (the failed request
+// may still reach Redis after a renewal, and shorten the lease that
+// renewal set). An Extend whose ctx has already ended is not sent, and
+// changes nothing.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
@@ -144,7 +146,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
 	}
 	start := time.Now()
+	l.c.dog.extending(l.h, start, ttl)
+	// A panic in the request (a go-redis hook's) ends the Extend as one
+	// whose outcome is unknown: claim's mark must go, or no renewal (nor
+	// Extend) of the lock would start again, and it would be lost at its
+	// deadline.
+	panicked := true
+	defer func() {
+		if panicked {
+			l.c.dog.extended(l.h, start, ttl, backend.Unknown, errExtendPanicked)
+		}
+	}()
 	o, err := l.c.be.Extend(ctx, l.h.lease, ttl)
+	panicked = false
 	l.c.dog.extended(l.h, start, ttl, o, err)
 	if err != nil {
 		return redisError("extend", l.Key(), err)
@@ -156,6 +170,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// on its way: nothing watches the lease Redis has just set.
 	return l.live()
 }
+
+// errExtendPanicked stands for the outcome of an Extend whose request
+// panicked: it may or may not have reached Redis.
+var errExtendPanicked = errors.New("extend panicked")
 
 // TTL returns how long Redis will keep the lock if it is not renewed. It
 // is 0 if someone removed the lock key's expiry behind the Client's back

@@ -219,6 +219,33 @@ func (w *watchdog) claim(ctx context.Context, h *hold) error {
 	return nil
 }
 
+// extending records that an Extend to ttl is sent at start (after
+// claim). Redis applies it when it runs it, which may be long before its
+// reply comes: a shorter lease is then all Redis keeps, so until extended
+// the lock is trusted no longer than the shorter of the two.
+func (w *watchdog) extending(h *hold, start time.Time, ttl time.Duration) {
+	w.mu.Lock()
+	d := start.Add(ttl - backend.Drift(ttl))
+	sooner := d.Before(h.deadline)
+	if sooner {
+		h.deadline = d
+		w.expireAtDeadline(h)
+	}
+	w.mu.Unlock()
+	if sooner {
+		w.poke() // the loop watches the new deadline
+	}
+}
+
+// expireAtDeadline moves the timer that ends h after close, while its
+// Unlock is under way, to h's deadline, which an Extend has just moved.
+// Called with mu held.
+func (w *watchdog) expireAtDeadline(h *hold) {
+	if h.expiry != nil {
+		h.expiry.Reset(time.Until(h.deadline))
+	}
+}
+
 // finish ends a renewal or an Extend of h. Called with mu held.
 func (w *watchdog) finish(h *hold) {
 	h.busy = false
@@ -249,6 +276,7 @@ func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration, o backe
 		h.ttl = ttl
 		h.trust(start, ttl)
 	}
+	w.expireAtDeadline(h)
 	w.finish(h)
 	w.mu.Unlock()
 	w.poke()

@@ -798,3 +798,103 @@ func TestWatchdogSurvivesAPanickingObserver(t *testing.T) {
 		return obs.count(func(r *recorder) int { return len(r.losts) }) == 1
 	})
 }
+
+// An Extend whose request panics (a go-redis hook's), and whose caller
+// recovers the panic (net/http does), leaves the lock renewed: the
+// outcome is unknown, as after a network error, and the next Extend is not
+// kept waiting for it.
+func TestPanickingExtendKeepsTheLockRenewed(t *testing.T) {
+	srv := redistest.Start(t)
+	var armed atomic.Bool
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			panic("hook bug")
+		}
+		return nil
+	}}})
+	ctx := context.Background()
+	l := mustLock(t, c, "extend-panic", WithTTL(time.Second))
+	armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the Extend did not panic: the test did not test anything")
+			}
+		}()
+		_ = l.Extend(ctx, time.Second)
+	}()
+	// Held past the lease trusted before the Extend, which only renewals
+	// can lengthen.
+	until := c.dog.deadline(l.h)
+	waitUntil(t, 5*time.Second, "a renewal after the Extend that panicked", func() bool {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("the lock was lost: %v", context.Cause(l.Context()))
+		}
+		return c.dog.deadline(l.h).After(until)
+	})
+	ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := l.Extend(ectx, time.Second); err != nil {
+		t.Errorf("Extend after one that panicked = %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Redis applies an Extend to a shorter lease when it runs it, which may
+// be long before its reply comes back. Until then the lock may be trusted
+// no longer than the lease asked for, or its Context is still live while
+// another client holds the lock.
+func TestShorteningExtendIsTrustedOnlyForItsLease(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil) // the Extend ran in Redis; its reply is held back
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): held.run}})
+	other := newClientOn(t, srv.Client(t))
+	ctx := context.Background()
+	l := mustLock(t, c, "extend-shorter", WithTTL(10*time.Second))
+	held.arm()
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, 200*time.Millisecond) }()
+	<-held.reached
+	endsBeforeTaken(t, l, other, held)
+	if err := <-extended; !errors.Is(err, ErrLockLost) {
+		t.Errorf("Extend whose reply came after its lease ran out = %v, want ErrLockLost", err)
+	}
+}
+
+// endsBeforeTaken takes l's key through other, which gets it once the
+// lease l's Extend set in Redis has run out (the Extend's reply, or its
+// Unlock's, held back by held), and checks that l's Context ended by then:
+// never live while another client holds the lock. It then lets held's
+// call go on.
+func endsBeforeTaken(t *testing.T, l *Lock, other *Client, held *heldCall) {
+	t.Helper()
+	ctx := context.Background()
+	var lostAt time.Time
+	lostSeen := make(chan struct{})
+	go func() {
+		<-l.Done()
+		lostAt = time.Now()
+		close(lostSeen)
+	}()
+	l2, err := other.Lock(ctx, l.Key())
+	if err != nil {
+		held.release()
+		t.Fatal(err)
+	}
+	acquiredAt := time.Now()
+	defer l2.Unlock(ctx)
+	select {
+	case <-lostSeen:
+	case <-time.After(5 * time.Second):
+		held.release()
+		t.Fatal("the holder's Context outlived the lease its Extend set in Redis")
+	}
+	// The holder's deadline is a drift (4 ms here) before Redis's; give a
+	// loaded machine's timers some lateness too.
+	if late := lostAt.Sub(acquiredAt); late > 50*time.Millisecond {
+		t.Errorf("holder learned of the loss %v after another client acquired", late)
+	}
+	held.release()
+}
