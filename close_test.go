@@ -679,6 +679,7 @@ func TestShorteningExtendDuringHungUnlockAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Extend(ctx, 200*time.Millisecond)
-	endsBeforeTaken(t, l, other, held)
+	endsBeforeTaken(t, l, other, held.release)
+	held.release()
 	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
 }

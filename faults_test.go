@@ -127,31 +127,10 @@ func TestHolderCutOffLearnsOfLossBeforeOthersAcquire(t *testing.T) {
 	defer cut.Close()
 	holder := newClientOn(t, cut)
 	other := newClientOn(t, srv.Client(t))
-	ctx := context.Background()
 
 	l := mustLock(t, holder, "partition", WithTTL(400*time.Millisecond))
 	proxy.Freeze() // renewals stop reaching Redis
-	var lostAt time.Time
-	lostSeen := make(chan struct{})
-	go func() {
-		<-l.Done()
-		lostAt = time.Now()
-		close(lostSeen)
-	}()
-	l2, err := other.Lock(ctx, "partition")
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquiredAt := time.Now()
-	defer l2.Unlock(ctx)
-	select {
-	case <-lostSeen:
-	case <-time.After(5 * time.Second):
-		t.Fatal("holder never learned it lost the lock")
-	}
-	if !lostAt.Before(acquiredAt) {
-		t.Errorf("holder learned of the loss %v after another client acquired", lostAt.Sub(acquiredAt))
-	}
+	l2 := endsBeforeTaken(t, l, other, nil)
 	if !errors.Is(context.Cause(l.Context()), ErrLockLost) {
 		t.Errorf("cause = %v", context.Cause(l.Context()))
 	}
@@ -159,6 +138,43 @@ func TestHolderCutOffLearnsOfLossBeforeOthersAcquire(t *testing.T) {
 		t.Error("new holder's fence is not larger")
 	}
 	proxy.Thaw()
+}
+
+// endsBeforeTaken takes l's key through other, which gets it once l's
+// lease in Redis has run out, and checks that l's Context ended before:
+// never live while another client holds the lock. It returns other's lock,
+// unlocked when the test ends. giveUp, if not nil, runs before the test
+// fails (to let a call held back go on).
+func endsBeforeTaken(t *testing.T, l *Lock, other *Client, giveUp func()) *Lock {
+	t.Helper()
+	fail := func(format string, args ...any) {
+		if giveUp != nil {
+			giveUp()
+		}
+		t.Fatalf(format, args...)
+	}
+	var lostAt time.Time
+	lostSeen := make(chan struct{})
+	go func() {
+		<-l.Done()
+		lostAt = time.Now()
+		close(lostSeen)
+	}()
+	l2, err := other.Lock(context.Background(), l.Key())
+	if err != nil {
+		fail("%v", err)
+	}
+	acquiredAt := time.Now()
+	t.Cleanup(func() { _ = l2.Unlock(context.Background()) })
+	select {
+	case <-lostSeen:
+	case <-time.After(5 * time.Second):
+		fail("the holder's Context outlived its lease in Redis")
+	}
+	if !lostAt.Before(acquiredAt) {
+		t.Errorf("holder learned of the loss %v after another client acquired", lostAt.Sub(acquiredAt))
+	}
+	return l2
 }
 
 func TestRedisRestartWhileHeld(t *testing.T) {
