@@ -121,6 +121,11 @@ func TestLostLockAtTerminalSparesReusedPIDs(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(fileText(log), "started\n") })
 	bg, _ := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
 	dpid, _ := strconv.Atoi(strings.TrimSpace(fileText(dlockPidFile)))
+	// Until it runs sleep, the child is the shell just forked, which may
+	// still have the parent's trap: the signal would not end it.
+	waitUntil(t, 10*time.Second, "the background child to run sleep", func() bool {
+		return fileText(fmt.Sprintf("/proc/%d/comm", bg)) == "sleep\n"
+	})
 	// SIGUSR1 to dlock: forwarded to the command and its child `sleep 30`
 	// (which dies of it); c.started = [bg].
 	if err := syscall.Kill(dpid, syscall.SIGUSR1); err != nil {
