@@ -790,10 +790,16 @@ func TestSemaphoreHoldersKeyOutlivesEveryHolder(t *testing.T) {
 
 	// A holder that dies leaves no key behind once its lease has run out.
 	dead := c.Semaphore("dead", 2)
-	if _, err := dead.Acquire(ctx, 1, WithTTL(300*time.Millisecond), WithoutRenewal()); err != nil {
+	const deadLease = 300 * time.Millisecond
+	began := time.Now()
+	if _, err := dead.Acquire(ctx, 1, WithTTL(deadLease), WithoutRenewal()); err != nil {
 		t.Fatal(err)
 	}
-	if d := rdb.PTTL(ctx, semKeys(dead).lock).Val(); d <= 0 || d > 300*time.Millisecond {
+	// On a loaded machine the lease may run out before the read: the key
+	// is then gone (-2), which is right once the lease has passed.
+	d := rdb.PTTL(ctx, semKeys(dead).lock).Val()
+	gone := d == -2 && time.Since(began) >= deadLease
+	if !gone && (d <= 0 || d > deadLease) {
 		t.Fatalf("holders' key PTTL %v for a lease of 300 ms", d)
 	}
 	waitUntil(t, 5*time.Second, "the dead holder's key to expire", func() bool {

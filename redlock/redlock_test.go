@@ -632,7 +632,7 @@ func TestWaiterTriesAgainWhenTheLeasesRunOut(t *testing.T) {
 	// before the nodes expire it; the waiter's first attempt comes at steps
 	// of 0.1 ms from there, so some land in the leases' last millisecond.
 	for i := range 40 {
-		held := mustLock(t, a, "edge", dlock.WithTTL(lease), dlock.WithoutRenewal())
+		held := lockShortLease(t, a, "edge", lease)
 		<-held.Context().Done()
 		for at := time.Now().Add(time.Duration(i) * 100 * time.Microsecond); time.Now().Before(at); {
 		}
@@ -891,5 +891,21 @@ func TestReplicaAckIgnored(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock = %v", err)
+	}
+}
+
+// lockShortLease locks key with a lease so short that a loaded machine may
+// read the grant's reply after it ran out: Lock then reports the lock lost
+// (and releases it), and it is taken again.
+func lockShortLease(t *testing.T, c *dlock.Client, key string, lease time.Duration) *dlock.Lock {
+	t.Helper()
+	for {
+		l, err := c.Lock(context.Background(), key, dlock.WithTTL(lease), dlock.WithoutRenewal())
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Lock(%q): %v", key, err)
+		}
 	}
 }
