@@ -111,7 +111,8 @@ type ReplicaReport struct {
 // AcceptAndReport too a lock runs out before its renewal answers, and is
 // lost. timeout + 100 ms must be at most 3/4 of the Redis client's
 // ReadTimeout (go-redis's default is 5 s), since the reply of WAIT is read
-// with that deadline.
+// with that deadline; with ContextTimeoutEnabled, at most 3.75 s too,
+// since go-redis then also cuts it at the 5 s deadline of a renewal.
 // Releases (and force releases) are waited for and reported too, but never
 // fail: a release the replicas missed can only keep the lock unavailable
 // until its lease ends.
@@ -170,23 +171,36 @@ func (r replicaConfig) validate(rdb redis.UniversalClient) error {
 	if r.policy != FailClosed && r.policy != AcceptAndReport {
 		return fmt.Errorf("%w: unknown replica policy %d", ErrInvalidOption, int(r.policy))
 	}
-	if rt := readTimeout(rdb); rt > 0 && r.timeout+waitLate > rt*3/4 {
+	rt, fromCtx := readTimeout(rdb)
+	if rt > 0 && r.timeout+waitLate > rt*3/4 {
 		return fmt.Errorf("%w: replica ack timeout %v too close to the Redis client's ReadTimeout %v (timeout + %v at most 3/4 of it)",
 			ErrInvalidOption, r.timeout, rt, waitLate)
+	}
+	// With ContextTimeoutEnabled, go-redis cuts a read at its context's
+	// deadline too: the renewals and the releases sent on their own
+	// (internalTimeout) would fail while WAIT still waits.
+	if fromCtx && r.timeout+waitLate > internalTimeout*3/4 {
+		return fmt.Errorf("%w: replica ack timeout %v too long for a Redis client with ContextTimeoutEnabled (timeout + %v at most 3/4 of the %v that renewals and background releases are given)",
+			ErrInvalidOption, r.timeout, waitLate, internalTimeout)
 	}
 	return nil
 }
 
+// internalTimeout is the shortest time dlock gives a round trip of its own
+// that may carry a WAIT: a renewal, the release of Do or of an abandoned
+// wait.
+const internalTimeout = min(renewTimeout, releaseTimeout)
+
 // readTimeout returns the go-redis client's read deadline (0: none or
-// unknown).
-func readTimeout(rdb redis.UniversalClient) time.Duration {
+// unknown), and whether it also takes deadlines from contexts.
+func readTimeout(rdb redis.UniversalClient) (d time.Duration, fromCtx bool) {
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return c.Options().ReadTimeout
+		return c.Options().ReadTimeout, c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		return c.Options().ReadTimeout
+		return c.Options().ReadTimeout, c.Options().ContextTimeoutEnabled
 	}
-	return 0
+	return 0, false
 }
 
 // newReplicatedNode is New's backend: a node, with replica acknowledgement

@@ -350,6 +350,34 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
+	// With ContextTimeoutEnabled, go-redis also cuts a read at the
+	// context's deadline, and a release Do sends on its own has
+	// internalTimeout: at the bound, one the replica missed is reported
+	// with WAIT's own answer, not a read timeout; past it, New refuses.
+	t.Run("TimeoutBoundByInternalTimeout", func(t *testing.T) {
+		const bound = internalTimeout*3/4 - waitLate
+		ctxBound := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: 4 * internalTimeout, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = ctxBound.Close() })
+		if _, err := New(ctxBound, WithReplicaAck(1, bound+time.Millisecond, AcceptAndReport)); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("New with ContextTimeoutEnabled and a timeout + 100 ms past 3/4 of %v = %v, want ErrInvalidOption", internalTimeout, err)
+		}
+		var reports reportLog
+		c := newClientOn(t, ctxBound, WithReplicaAck(1, bound, AcceptAndReport), WithReplicaReport(reports.add))
+		err := c.Do(ctx, "ctx-bound", func(context.Context) error {
+			replica.Pause(t)
+			return nil
+		})
+		defer replica.Resume(t)
+		if err != nil {
+			t.Fatalf("Do = %v", err)
+		}
+		reports.mu.Lock()
+		defer reports.mu.Unlock()
+		if len(reports.rs) != 1 || reports.rs[0].Op != "release" || reports.rs[0].Err != nil || reports.rs[0].Acked != 0 {
+			t.Fatalf("reports = %+v, want one of the release, with WAIT's answer of 0", reports.rs)
+		}
+	})
+
 	t.Run("Options", func(t *testing.T) {
 		for name, opts := range map[string][]Option{
 			"no replicas":        {WithReplicaAck(0, time.Second, FailClosed)},
