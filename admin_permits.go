@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // SemaphoreInfo is what Semaphore.Inspect and RWMutex.Inspect read.
@@ -45,7 +47,10 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := permitsInspectScript.Run(ctx, n.rdb, k.all()).Slice()
+	// Twice is as once: it only reads.
+	v, err := followFailover(ctx, n.rdb, k.lock, func() *redis.Cmd {
+		return permitsInspectScript.Run(ctx, n.rdb, k.all())
+	}).Slice()
 	if err == nil && (len(v)-1)%6 != 0 {
 		err = fmt.Errorf("inspect script replied %v", v)
 	}

@@ -1269,7 +1269,8 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 }
 
 // So must the holder's other calls, each of which may be a program's first
-// after the failover: Inspect, TTL, a re-entry, Txn, and Extend (a lock
+// after the failover: Inspect, TTL, a re-entry, Txn, a semaphore's Inspect
+// and Available, and Extend (a lock
 // without renewal has no other way to keep its lease, and would be lost
 // while the promoted master holds it).
 func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
@@ -1301,6 +1302,21 @@ func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 		}},
 		{"Txn", func(c *Client, l *Lock) error {
 			return l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, l.SlotKey("txn"), "x", 0); return nil })
+		}},
+		// A semaphore may share the lock's name, and so its master.
+		{"Semaphore.Inspect", func(c *Client, l *Lock) error {
+			info, err := c.Semaphore(l.Key(), 3).Inspect(ctx)
+			if err == nil && info.InUse != 0 {
+				err = fmt.Errorf("%d permits in use, want 0", info.InUse)
+			}
+			return err
+		}},
+		{"Semaphore.Available", func(c *Client, l *Lock) error {
+			n, err := c.Semaphore(l.Key(), 3).Available(ctx)
+			if err == nil && n != 3 {
+				err = fmt.Errorf("%d permits available, want 3", n)
+			}
+			return err
 		}},
 		{"Extend", func(c *Client, l *Lock) error { return l.Extend(ctx, 2*time.Minute) }},
 	}

@@ -108,7 +108,10 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := availableScript.Run(ctx, n.rdb, []string{k.lock}, s.capacity).Int64()
+	// Twice is as once: it only reads.
+	v, err := followFailover(ctx, n.rdb, k.lock, func() *redis.Cmd {
+		return availableScript.Run(ctx, n.rdb, []string{k.lock}, s.capacity)
+	}).Int64()
 	if err != nil {
 		return 0, redisError(s.kind+" available", s.name, err)
 	}
