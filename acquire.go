@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -195,11 +196,16 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 // reenter adds a hold to a lock this Client already holds.
 func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	if h.ctx.Err() != nil {
-		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
+		return nil, reenterEnded(h)
 	}
 	n, err := h.changeLevel(ctx, func(levels int) (int64, error) {
 		return c.beReenter(ctx, h, levels+1)
 	})
+	if err != nil && errors.As(err, new(notSentError)) && h.ctx.Err() != nil {
+		// It waited for another level change, and the hold ended
+		// meanwhile (ctx is usually the hold's own): say why.
+		return nil, reenterEnded(h)
+	}
 	if err != nil {
 		return nil, redisError("re-enter", h.lease.Key, err)
 	}
@@ -212,11 +218,16 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 		// its lease by our clock): no Lock that has ended already, as
 		// for an acquisition. The outermost Unlock still removes the
 		// count Redis has just raised.
-		return nil, fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
+		return nil, reenterEnded(h)
 	}
 	l.level = int(n)
 	l.ctx, l.cancel = context.WithCancelCause(h.ctx)
 	return l, nil
+}
+
+// reenterEnded is the error of a re-entry of h, which has ended.
+func reenterEnded(h *hold) error {
+	return fmt.Errorf("dlock: lock %q: re-enter: %w", h.lease.Key, context.Cause(h.ctx))
 }
 
 // beReenter is the backend's Reenter, in a call Close waits for (begin).

@@ -214,3 +214,42 @@ func TestReenterOfAHoldEndedMeanwhileFails(t *testing.T) {
 		t.Error("the lock is still in Redis after the outermost Unlock")
 	}
 }
+
+// A re-entry that waits for another's (inner level changes go one at a
+// time) and sees the hold end meanwhile (its context is the hold's) fails
+// with the hold's end, as a re-entry of an ended hold does, not with the
+// bare context.Canceled its context ended with.
+func TestReenterWaitingWhenTheHoldEndsSaysWhy(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{reenterScript.Hash(): held.run}})
+	outer := mustLock(t, c, "reenter-waiting")
+	held.arm()
+	first := make(chan error, 1)
+	go func() {
+		l, err := c.TryLock(outer.Context(), "reenter-waiting")
+		if err == nil {
+			_ = l.Unlock(context.Background())
+		}
+		first <- err
+	}()
+	testutil.Receive(t, held.reached, 5*time.Second, "the first re-entry's request")
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(outer.Context(), "reenter-waiting")
+		second <- err
+	}()
+	waitUntil(t, 5*time.Second, "the second re-entry to wait", func() bool {
+		outer.h.levelMu.Lock()
+		defer outer.h.levelMu.Unlock()
+		return outer.h.levelFree != nil
+	})
+	if err := outer.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Receive(t, second, 5*time.Second, "the second re-entry"); !errors.Is(err, ErrReleased) {
+		t.Errorf("re-entry waiting when the hold was released = %v, want ErrReleased", err)
+	}
+	held.release()
+	testutil.Receive(t, first, 5*time.Second, "the first re-entry")
+}
