@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -45,9 +44,10 @@ type Lock struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	released bool
-	unsure   bool // a release was sent but its reply was lost
+	// Unlocks go one at a time; released and unsure are guarded by it.
+	unlocking turn
+	released  bool
+	unsure    bool // a release was sent but its reply was lost
 }
 
 func init() {
@@ -233,13 +233,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return errZeroLock
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), endedUnlockWait)
 		defer cancel()
 	}
+	// Another Unlock of l under way is waited for, as long as ctx allows:
+	// its outcome decides this one's.
+	if err := l.unlocking.take(ctx); err != nil {
+		return redisError("unlock", l.Key(), err)
+	}
+	defer l.unlocking.done()
 	if l.released {
 		return fmt.Errorf("dlock: unlock %q: %w: already unlocked", l.Key(), ErrNotHeld)
 	}

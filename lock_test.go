@@ -1303,3 +1303,34 @@ func TestLockWithEndedContextSendsNothing(t *testing.T) {
 		}
 	}
 }
+
+// Two goroutines may Unlock one Lock at once (a deferred Unlock and one on
+// a timeout): the second waits for the first's release, but no longer than
+// its own context allows, as a release waiting to be sent does.
+func TestConcurrentUnlockHonoursItsContext(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}})
+	l := mustLock(t, c, "unlock-twice")
+	held.arm()
+	first := make(chan error, 1)
+	go func() { first <- l.Unlock(context.Background()) }()
+	testutil.Receive(t, held.reached, 5*time.Second, "the first Unlock's release")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() { second <- l.Unlock(ctx) }()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second Unlock = %v, want its context's error", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the second Unlock still waits 3s after its 100ms context ended")
+		defer func() { <-second }()
+	}
+	held.release()
+	if err := testutil.Receive(t, first, 5*time.Second, "the first Unlock"); err != nil {
+		t.Errorf("first Unlock = %v", err)
+	}
+}

@@ -32,6 +32,14 @@ func lossyClient(t *testing.T, srv *redistest.Server, s *redis.Script, sha strin
 }
 
 // holdCount is the hold count Inspect shows for key.
+// waitedFor reports whether a goroutine has waited for the turn under
+// way.
+func (t *turn) waitedFor() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.free != nil
+}
+
 func holdCount(t *testing.T, c *Client, key string) int {
 	t.Helper()
 	info, err := c.Inspect(context.Background(), key)
@@ -97,13 +105,9 @@ func TestRetriedInnerUnlockKeepsLaterReentry(t *testing.T) {
 		}()
 		// The release has run and its reply is lost: the other re-entry
 		// goes before go-redis sends the release again, unless it waits
-		// for this Unlock to end (it then makes levelFree to wait on).
+		// for this Unlock to end (it then waits for levelTurn).
 		// Either is waited for; the test checks the outcome below.
-		waiting := func() bool {
-			outer.h.levelMu.Lock()
-			defer outer.h.levelMu.Unlock()
-			return outer.h.levelFree != nil
-		}
+		waiting := outer.h.levelTurn.waitedFor
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			select {
 			case r := <-other:
@@ -239,11 +243,7 @@ func TestReenterWaitingWhenTheHoldEndsSaysWhy(t *testing.T) {
 		_, err := c.TryLock(outer.Context(), "reenter-waiting")
 		second <- err
 	}()
-	waitUntil(t, 5*time.Second, "the second re-entry to wait", func() bool {
-		outer.h.levelMu.Lock()
-		defer outer.h.levelMu.Unlock()
-		return outer.h.levelFree != nil
-	})
+	waitUntil(t, 5*time.Second, "the second re-entry to wait", outer.h.levelTurn.waitedFor)
 	if err := outer.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -28,13 +28,9 @@ type hold struct {
 	// reply meets the count it was meant for, not one that another
 	// goroutine's re-entry has set since. levels is the hold count the
 	// last of them returned (1 at the grant): a re-entry asks for one more.
-	// Guarded by levelMu, which is never held across a round trip:
-	// levelBusy marks a change under way, and levelFree, made by the first
-	// change to wait for it, is closed when it ends.
-	levelMu   sync.Mutex
+	// Guarded by levelTurn.
+	levelTurn turn
 	levels    int
-	levelBusy bool
-	levelFree chan struct{}
 
 	// Guarded by watchdog.mu.
 	ttl        time.Duration // the lease each renewal sets
@@ -69,38 +65,14 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 // ctx: if it ends first, change is not run and the error is ctx's, as for
 // a request never sent.
 func (h *hold) changeLevel(ctx context.Context, change func(levels int) (int64, error)) (int64, error) {
-	h.levelMu.Lock()
-	for h.levelBusy {
-		if h.levelFree == nil {
-			h.levelFree = make(chan struct{})
-		}
-		free := h.levelFree
-		h.levelMu.Unlock()
-		select {
-		case <-free:
-		case <-ctx.Done():
-			return 0, notSentError{ctx.Err()}
-		}
-		h.levelMu.Lock()
+	if err := h.levelTurn.take(ctx); err != nil {
+		return 0, notSentError{err}
 	}
-	h.levelBusy = true
-	levels := h.levels
-	h.levelMu.Unlock()
-	var n int64
-	var err error
-	defer func() {
-		h.levelMu.Lock()
-		if err == nil && n > 0 {
-			h.levels = int(n)
-		}
-		h.levelBusy = false
-		if h.levelFree != nil {
-			close(h.levelFree)
-			h.levelFree = nil
-		}
-		h.levelMu.Unlock()
-	}()
-	n, err = change(levels)
+	defer h.levelTurn.done()
+	n, err := change(h.levels)
+	if err == nil && n > 0 {
+		h.levels = int(n)
+	}
 	return n, err
 }
 
