@@ -81,6 +81,11 @@ func TestBadInput(t *testing.T) {
 		{"lone userinfo in bad URL", nil, []string{"--redis", "http://" + secret + "@localhost", "inspect", "k"}, exitUsage, "invalid Redis URL http://xxxxx@localhost"},
 		{"lone userinfo, password required", nil, []string{"--redis", "redis://" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "NOAUTH Authentication required. (the URL gives a user name but no password: for a password alone, write redis://:PASSWORD@host)"},
 		{"wrong password", nil, []string{"--redis", "redis://:" + secret + "@" + guarded.Addr(), "list"}, exitUnavailable, "WRONGPASS"},
+		// Other clients (redis-py, ioredis) take the password from the
+		// query too; go-redis refuses it, quoting the URL.
+		{"password in the query", nil, []string{"--redis", "redis://localhost:6379/0?password=" + secret, "inspect", "k"}, exitUsage, "invalid Redis URL redis://localhost:6379/0?password=xxxxx: redis: unexpected option: password"},
+		{"password in the query of an unparsable URL", nil, []string{"--redis", "redis://[::1?db=0&password=" + secret, "list"}, exitUsage, "invalid Redis URL redis://[::1?db=0&password=xxxxx"},
+		{"sentinel password in the query", []string{"DLOCK_REDIS_URL=redis://localhost?sentinel_password=" + url.QueryEscape(secret+"/x")}, []string{"list"}, exitUsage, "invalid Redis URL redis://localhost?sentinel_password=xxxxx"},
 		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -24,6 +25,14 @@ func (f *connFlags) secrets() []string {
 	}
 	if _, pw := splitUserinfo(raw); pw != "" {
 		s = append(s, pw)
+	}
+	for _, m := range queryPassword.FindAllStringSubmatch(raw, -1) {
+		if pw := m[2]; pw != "" {
+			s = append(s, pw)
+			if u, err := url.QueryUnescape(pw); err == nil && u != pw {
+				s = append(s, u)
+			}
+		}
 	}
 	for _, pw := range s {
 		if esc := url.QueryEscape(pw); esc != pw {
@@ -55,9 +64,20 @@ func (f *connFlags) redact(msg string) string {
 	return msg
 }
 
-// redactURL returns raw with its password replaced, also when raw is not a
-// valid URL (url.Parse errors quote the URL they could not parse).
+// queryPassword matches a query parameter named like a password
+// (?password=, &sentinel_password=) and its value: go-redis takes none,
+// but other clients (redis-py, ioredis) take the password there, and
+// go-redis's refusal of such a URL quotes it.
+var queryPassword = regexp.MustCompile(`(?i)([?&][^=&#]*pass[^=&#]*=)([^&#]*)`)
+
+// redactURL returns raw with its passwords replaced, also when raw is not
+// a valid URL (url.Parse errors quote the URL they could not parse).
 func redactURL(raw string) string {
+	return queryPassword.ReplaceAllString(redactUserinfo(raw), "${1}"+redacted)
+}
+
+// redactUserinfo returns raw with the password of its userinfo replaced.
+func redactUserinfo(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User != nil {
 			if _, ok := u.User.Password(); !ok {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -212,12 +210,9 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	if err := canSupervise(); err != nil {
 		return exitf(exitFailure, "run %v", err) // before taking any lock
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err := lookCommand(argv[0])
 	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitf(127, "%s: command not found", argv[0])
-		}
-		return exitf(126, "%s: cannot run: %v", argv[0], err)
+		return err
 	}
 	// Catch signals before taking the lock: from now on they end the wait
 	// or go to the command, and never kill dlock while it holds the lock.
@@ -269,7 +264,7 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	ch, err := startChild(path, argv, env, a.stdout, a.stderr)
 	if err != nil {
 		a.unlock(l)
-		return exitf(126, "%s: cannot run: %v", argv[0], err)
+		return cannotStart(argv[0], err)
 	}
 	lost := a.supervise(ch, l, sigs, f.grace, f.maxHold)
 	status := ch.status()

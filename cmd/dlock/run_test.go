@@ -50,6 +50,46 @@ func TestRunPassesExitStatusAndEnvironment(t *testing.T) {
 	}
 }
 
+// A COMMAND that cannot be run exits as a shell (or env, timeout) reports
+// it, without leaving the lock held: found in $PATH but not executable is
+// 126 ("Permission denied"), not 127 and "command not found", which sends
+// the user looking for a missing program; a script whose interpreter is
+// missing (or a program whose loader is) is 127, as execve's ENOENT is.
+func TestRunStatusOfCommandsThatCannotRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, file := range map[string]struct {
+		text string
+		mode fs.FileMode
+	}{
+		"dlock-no-x":      {"#!/bin/sh\ntrue\n", 0o644},
+		"dlock-no-interp": {"#!/nonexistent/dlock-interp\n", 0o755},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(file.text), file.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := baseEnv("PATH=" + dir + string(filepath.ListSeparator) + os.Getenv("PATH"))
+	c := lockClient(t, shared.Addr())
+	for _, tc := range []struct {
+		command string
+		code    int
+		want    []string // in the one line on stderr
+	}{
+		{"dlock-no-x", 126, []string{"dlock-no-x: cannot run", "permission denied"}},
+		{filepath.Join(dir, "dlock-no-interp"), 127, []string{"dlock-no-interp: cannot run", "no such file or directory"}},
+	} {
+		key := "run-cannot-" + filepath.Base(tc.command)
+		r := dlockRun(t, env, "--redis", sharedURL(), "run", key, "--", tc.command).want(t, tc.code)
+		if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], tc.want[0]) || !strings.Contains(got[0], tc.want[1]) {
+			t.Errorf("%s: stderr %q: want one line with %q", tc.command, r.stderr, tc.want)
+		}
+		if info := inspect(t, c, key); info.Held {
+			t.Errorf("%s: lock still held: %+v", tc.command, info)
+		}
+	}
+}
+
 // TestRunMutualExclusion runs two `dlock run` processes whose commands log
 // start and end markers; the first blocks (on a FIFO) until the second is
 // queued, so their sections would interleave without the lock.
