@@ -16,7 +16,8 @@ import (
 // waiting costs no polling and nobody starves. If ctx was derived from the
 // Context of a lock this Client holds on key, Lock re-enters it instead,
 // after any other re-entry or inner Unlock of that lock under way (or it
-// returns ctx's error if ctx ends first).
+// returns ctx's error if ctx ends first; if the lock ended meanwhile, an
+// error wrapping its Context's cause, ErrReleased or ErrLockLost).
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {

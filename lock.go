@@ -213,7 +213,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 //
 // An inner Unlock waits for a re-entry or another inner Unlock of the same
 // lock under way; if ctx ends first, it returns ctx's error and gives
-// nothing back. The outermost Unlock never waits for them.
+// nothing back. The outermost Unlock never waits for them. An Unlock of a
+// Lock whose other Unlock is under way (from another goroutine) waits for
+// it, as long as ctx allows, and then settles as a second Unlock does.
 //
 // An Unlock whose ctx has already ended (a deferred Unlock with a request's
 // context, say) still sends the release, and waits for it up to 1 s (a

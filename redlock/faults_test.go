@@ -448,13 +448,13 @@ func TestDegradedModeWithoutMajority(t *testing.T) {
 	}
 }
 
-// docs/safety.md:331-335: "A holds nodes 1-3 of 5; node 3 crashes and
-// restarts empty at once; B takes nodes 3-5. Both believe they hold the
-// lock until A's next renewal (up to lease/3 later) finds that it lost the
-// majority"; and :319-322 "A renewal never gives a node back a lock it
-// lost". TestRestartedEmptyNodeAndFencing ends the window with an Extend
-// and a 10 s lease, so neither the watchdog's bound nor what the renewal
-// leaves on the nodes is checked.
+// docs/safety.md (Redlock, Exclusion): "A holds nodes 1-3 of 5; node 3
+// crashes and restarts empty at once; B takes nodes 3-5. Both believe they
+// hold the lock until A's next renewal (up to lease/3 later) finds that it
+// lost the majority"; and (The algorithm) "A renewal never gives a node
+// back a lock it lost". TestRestartedEmptyNodeAndFencing ends the window
+// with an Extend and a 10 s lease, so neither the watchdog's bound nor what
+// the renewal leaves on the nodes is checked.
 func TestRestartedEmptyNodeLossKnownAtNextRenewal(t *testing.T) {
 	cl := startCluster(t, 5)
 	ca, cb := cl.locker(t), cl.patientLocker(t)
