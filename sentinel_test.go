@@ -795,6 +795,13 @@ func TestWaiterKeepsPlaceThroughFailover(t *testing.T) {
 	newAddr := g.WaitForFailover(t, oldAddr, 30*time.Second)
 	nm := g.ServerByAddr(newAddr).Client(t)
 	waitRenewal(t, nm, holder.keys(key).lock) // the holder follows the new master
+	// So does the waiter's hand-over channel: it is woken by the release,
+	// not found at its next check.
+	ch := waiter.wakeChannel(key)
+	waitUntil(t, 10*time.Second, "the waiter to subscribe on the new master", func() bool {
+		subs, _ := nm.PubSubShardNumSub(ctx, ch).Result()
+		return subs[ch] == 1
+	})
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock on the new master: %v", err)
 	}
