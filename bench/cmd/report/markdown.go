@@ -569,5 +569,5 @@ func writeTargets(b *strings.Builder, r *Report) {
 		limit := float64(c.RenewLocks) / 100
 		t.row(fmt.Sprintf("renewing %s locks: <= 1 round trip per 100 locks per interval", commas(int64(c.RenewLocks))), num(rt), fmt.Sprintf("<= %s", num(limit)), mark(rt <= limit))
 	}
-	b.WriteString("\nThe issue counts commands the way INFO commandstats does (redislock's 5 commands per pair include the SET, GET and DEL its scripts run), so both readings of the 4-command target are shown. \"Close to the FIFO bound\" is read as at most twice (workers - 1) / rate, and at most half the best other library's p99.\n\n")
+	b.WriteString("\nThe targets count commands the way INFO commandstats does (redislock's 5 commands per pair include the SET, GET and DEL its scripts run), so both readings of the 4-command target are shown. \"Close to the FIFO bound\" is read as at most twice (workers - 1) / rate, and at most half the best other library's p99.\n\n")
 }
