@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
@@ -519,6 +520,58 @@ func TestWaiterFailingOnWrongTypeLeavesTheQueue(t *testing.T) {
 		t.Fatalf("TryLock of a free lock nobody waits for = %v", err)
 	}
 	_ = o.Unlock(ctx)
+}
+
+// A waiter's check that finds other data at the waiters' name fails with
+// ErrWrongType having written nothing: Redis does not roll a failed script
+// back, and a token queued without its entry would stay, in a queue key
+// created without an expiry, if leaving the queue then failed too (the
+// connection dropped).
+func TestWaiterOnWrongTypeWaitersWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	holder := newClientOn(t, srv.Client(t))
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	dropped := errors.New("connection dropped")
+	for _, tc := range []struct {
+		name    string
+		release *evalCall
+		take    func(c *Client) (*Lock, error)
+		keys    func(c *Client) *lockKeys
+	}{
+		{"lock", releaseEval,
+			func(c *Client) (*Lock, error) { return c.Lock(ctx, "w") },
+			func(c *Client) *lockKeys { return c.keys("w") }},
+		{"semaphore", permitsReleaseEval,
+			func(c *Client) (*Lock, error) { return c.Semaphore("w", 1).Acquire(ctx, 1) },
+			func(c *Client) *lockKeys {
+				return c.be.(*node).keysOf("w", &backend.Permits{Kind: "semaphore", Count: 1, Capacity: 1})
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tc.take(holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Unlock(ctx) }()
+			k := tc.keys(holder)
+			if err := rdb.Set(ctx, k.waiters, "not a hash", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fail, arm := failNext(dropped)
+			waiter, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{tc.release.sha: fail}})
+			arm() // the waiter's leaving the queue never reaches Redis
+			if w, err := tc.take(waiter); !errors.Is(err, ErrWrongType) {
+				if w != nil {
+					_ = w.Unlock(ctx)
+				}
+				t.Fatalf("waiting with other data at the waiters' name = %v, want ErrWrongType", err)
+			}
+			if got := rdb.ZRange(ctx, k.queue, 0, -1).Val(); len(got) != 0 {
+				t.Errorf("the failed check left %v queued (queue expires in %v)", got, rdb.PTTL(ctx, k.queue).Val())
+			}
+		})
+	}
 }
 
 // waitThroughOutage queues a waiter on srv (with the Client and Lock

@@ -14,7 +14,8 @@ local token = ARGV[1]
 -- pttl is the lock's, if the script has just set it (a hand-over).
 local function wait(fence, now_ms, now_us, pttl)
   if ARGV[4] == '1' then
-    enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+    local err = enqueue(token, ARGV[6], ARGV[7], ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+    if err then return err end
   end
   return {0, pttl or redis.call('PTTL', KEYS[1]), fence and reply(fence)}
 end

@@ -159,10 +159,17 @@ local function dequeue(token)
 end
 
 -- enqueue adds token at the back of the queue, or refreshes its entry and
--- keeps its place if it is already queued.
+-- keeps its place if it is already queued. Other data at the waiters' name
+-- is returned as an error, with nothing written (Redis does not roll a
+-- failed script back): the token would stay queued without an entry, in a
+-- queue maybe just created without an expiry, if leaving it failed too.
 local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
-  redis.call('ZADD', KEYS[3], 'NX', now_us, token)
-  redis.call('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. client .. ' ' .. meta)
+  local added = redis.call('ZADD', KEYS[3], 'NX', now_us, token)
+  local err = redis.pcall('HSET', KEYS[4], token, (now_ms + ttl) .. ' ' .. lease .. ' ' .. client .. ' ' .. meta)
+  if type(err) == 'table' then -- pcall's error: HSET gives a number
+    if added == 1 then redis.call('ZREM', KEYS[3], token) end
+    return err
+  end
   -- The keys must outlive every entry, and Clients may have different
   -- queue TTLs: never shorten their life. Both always get the same expiry
   -- here, so the queue's tells. From Redis 7.0 (whose scripts see

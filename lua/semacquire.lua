@@ -35,7 +35,8 @@ end
 -- entry's TTL anyway.
 local pttl = s.soonest and s.soonest - now_ms or -1
 if ARGV[4] ~= '1' then return {0, pttl} end
-enqueue(token, ARGV[6], ARGV[7], ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+local err = enqueue(token, ARGV[6], ARGV[7], ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[3], tonumber(ARGV[5]), now_ms, now_us)
+if err then return err end
 -- A counter that is not a fence (written by hand, or of another type) is
 -- replaced, from the clock, by the next grant: the clock is then the
 -- floor of the fences, as for a lost counter. Failing here would end the
