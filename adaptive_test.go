@@ -14,26 +14,27 @@ import (
 )
 
 // grantedLease returns the lease the lock k was granted, however long ago:
-// its PTTL plus the time since the grant (the server time of the grant,
-// ':at', to the server time now), read in one transaction. It fails the
-// test if the lock is gone.
+// from the server time of the grant (':at') to its expiry time, read in
+// one transaction. It fails the test if the lock is gone.
 func grantedLease(t *testing.T, rdb *redis.Client, k *lockKeys) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	var at *redis.StringCmd
-	var pttl *redis.DurationCmd
-	var now *redis.TimeCmd
+	var expiry *redis.Cmd
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		at = p.HGet(ctx, k.lock, ":at")
-		pttl = p.PTTL(ctx, k.lock)
-		now = p.Time(ctx)
+		// Absolute, so no clock read here enters the difference (a
+		// relative PTTL and a TIME, even in one MULTI, may be read
+		// milliseconds apart on a loaded machine).
+		expiry = p.Do(ctx, "PEXPIRETIME", k.lock)
 		return nil
 	})
 	atMs, aerr := at.Int64()
-	if err != nil || aerr != nil || pttl.Val() <= 0 {
-		t.Fatalf("lease of %s: grant at %q, PTTL %v: %v", k.lock, at.Val(), pttl.Val(), err)
+	expMs, eerr := expiry.Int64()
+	if err != nil || aerr != nil || eerr != nil || expMs <= 0 {
+		t.Fatalf("lease of %s: grant at %q, expiry %v: %v", k.lock, at.Val(), expiry.Val(), err)
 	}
-	return time.Duration(now.Val().UnixMilli()-atMs)*time.Millisecond + pttl.Val()
+	return time.Duration(expMs-atMs) * time.Millisecond
 }
 
 // near reports whether a lease read by grantedLease is want, give or take
