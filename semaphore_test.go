@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -186,6 +187,71 @@ func TestSemaphoreWaiterGivingUpLetsOthersIn(t *testing.T) {
 	sm := received(t, small, "the waiter behind the one that left")
 	if err := sm.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// One release can hand permits to more waiters of one Client than it
+// keeps hand-overs for while their waiters are not registered yet (they
+// register after their check): every one of them still learns of its
+// permits at once, not at its next check, while it holds them unused.
+func TestSemaphoreHandsOverToManyWaitersOfOneClient(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	if err := permitsAcquireScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The waiters' checks run in Redis, but their replies are held back
+	// until the hand-overs have arrived: they register after them.
+	const waiters = maxEarly + 8
+	gate := make(chan struct{})
+	c, _ := hookedClientWith(t, &redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 2 * waiters}, scriptHook{after: map[string]func() error{
+		permitsAcquireScript.Hash(): func() error { <-gate; return nil },
+	}}, noPolling)
+	// Each check on a connection of its own: batched, the first ones held
+	// back would keep the others from being sent.
+	c.be.(*node).batch.maxInflight = -1
+	s := c.Semaphore("pool", waiters)
+	held, err := newClientOn(t, rdb, noPolling).Semaphore("pool", waiters).Acquire(ctx, waiters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed already, as after a wait that just ended: the hand-overs
+	// reach the Client before its waiters register.
+	w := c.be.(*node).wake
+	ch := semKeys(s).channel + ":" + c.be.(*node).id
+	first, err := w.subscribe(ctx, ch, "first", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, w, ch)
+	first.leave()
+
+	got := make([]<-chan lockResult, waiters)
+	for i := range got {
+		got[i] = acquireAsync(ctx, s, 1)
+	}
+	waitUntil(t, 5*time.Second, "the waiters to queue", func() bool { return rdb.ZCard(ctx, semKeys(s).queue).Val() == waiters })
+	if err := held.Unlock(ctx); err != nil { // one permit to each waiter
+		t.Fatal(err)
+	}
+	// Messages on a channel arrive in order: once this one has, so have
+	// the hand-overs.
+	if err := rdb.SPublish(ctx, ch, "last 1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the hand-overs to arrive", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.channels[ch].early["last"]
+		return ok
+	})
+	close(gate)
+	for i, g := range got {
+		l := received(t, g, fmt.Sprintf("waiter %d (noPolling: only told of its permits)", i))
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -78,15 +78,16 @@ type channelSubs struct {
 	earlyOrder []string // oldest first, to bound early
 
 	// lost is when messages on the channel were last possibly missed (the
-	// subscription took effect, the connection dropped, or the
-	// subscription came back). The nudges sent then reach only the waiters
-	// registered at the time; a waiter whose check is older than lost
-	// registers too late for them.
+	// subscription took effect, the connection dropped, the subscription
+	// came back, or a hand-over was dropped from early). The nudges sent
+	// then reach only the waiters registered at the time; a waiter whose
+	// check is older than lost registers too late for them.
 	lost time.Time
 }
 
 // maxEarly bounds the hand-overs a channel remembers for waiters yet to
-// register. Only the few made since a waiter joined the queue matter.
+// register. Only the few made since a waiter joined the queue matter; the
+// waiters of those dropped past it are told to check again.
 const maxEarly = 64
 
 // waiter is one goroutine waiting for the lock on one channel.
@@ -520,6 +521,10 @@ func (w *wakeups) dispatch(channel, payload string) {
 	if len(cs.earlyOrder) == maxEarly {
 		delete(cs.early, cs.earlyOrder[0])
 		cs.earlyOrder = cs.earlyOrder[1:]
+		// A hand-over dropped, maybe one whose waiter is still to register
+		// (one release of permits can hand them to many waiters at once):
+		// such a waiter, whose check is older, checks again (subscribe).
+		cs.lost = time.Now()
 	}
 	cs.early[token] = fence
 	cs.earlyOrder = append(cs.earlyOrder, token)

@@ -68,6 +68,43 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 	}
 }
 
+// One release of permits hands them to many waiters at once, and more
+// than maxEarly of them can arrive before their waiters register: the
+// oldest are dropped then, and a waiter whose hand-over was dropped must
+// be told to check again, or it sleeps until its next refresh while it
+// holds the permits.
+func TestHandOverDroppedBeforeWaiterRegistersNudges(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	w, ch := lingeringChannel(t, c, "burst")
+
+	checked := time.Now() // every late waiter's check starts
+	for i := range maxEarly + 1 {
+		if err := rdb.SPublish(ctx, ch, fmt.Sprintf("late%d %d", i, 42+i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := fmt.Sprintf("late%d", maxEarly)
+	waitUntil(t, 5*time.Second, "the hand-overs to arrive", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.channels[ch].early[last]
+		return ok
+	})
+	late, err := w.subscribe(ctx, ch, "late0", checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.leave()
+	select {
+	case <-late.granted:
+	case <-late.nudge:
+	default:
+		t.Fatal("a waiter whose hand-over was dropped before it registered was not told to check again")
+	}
+	freshIsNotNudged(t, w, ch)
+}
+
 // A waiter registers after its check joined the queue. If the pub/sub
 // connection dropped in between, a hand-over sent while it was down is
 // gone, and the nudges sent on reconnection reached only the waiters
