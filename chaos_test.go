@@ -146,7 +146,13 @@ func (ch *chaos) run(seed uint64, dur time.Duration) {
 		cc.c.Close()
 	}
 	ch.srv.Resume(t)
-	res := chaoscheck.Check(ch.Holds(), chaoscheck.Options{Restarts: ch.restarts, Logf: t.Logf})
+	o := chaoscheck.Options{Restarts: ch.restarts, Logf: t.Logf}
+	var res chaoscheck.Result
+	if ch.Capacities != nil {
+		res = chaoscheck.CheckPermits(ch.Holds(), ch.Capacities, o)
+	} else {
+		res = chaoscheck.Check(ch.Holds(), o)
+	}
 	for _, p := range res.Problems {
 		ch.Problem("%s", p)
 	}

@@ -40,7 +40,9 @@ type Options struct {
 type Result struct {
 	Problems []string
 	// Overlaps counts the pairs of holds of one key with different tokens
-	// whose live intervals overlap; Excused, those excused by a restart.
+	// whose live intervals overlap (CheckPermits: the starts of trusted
+	// intervals at which more than the capacity was held); Excused, those
+	// excused by a restart.
 	Overlaps, Excused int
 }
 
@@ -56,40 +58,8 @@ func Check(holds []*Hold, o Options) Result {
 	problem := func(format string, args ...any) {
 		res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
 	}
-	logf := o.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	byKey := map[string][]*Hold{}
-	pastAtStart := 0
-	var maxLate, maxLateStart time.Duration
-	for _, h := range holds {
-		if h.PastAtStart {
-			pastAtStart++
-			maxLateStart = max(maxLateStart, h.Late)
-		} else {
-			maxLate = max(maxLate, h.Late)
-		}
-		if !h.Start.IsZero() {
-			byKey[h.Key] = append(byKey[h.Key], h)
-		}
-	}
-	logf("Locks returned with their deadline passed: %d (by up to %v); longest watchdog lateness otherwise: %v", pastAtStart, maxLateStart, maxLate)
-	// restartBetween reports whether a restart may have wiped, before b, a
-	// lease granted after a. A restart by SIGTERM is acted on only in
-	// serverCron (up to 1/hz = 100 ms later), the server serving clients
-	// meanwhile: the old process exits somewhere in [Began, Exited], and a
-	// lease it granted after the restart began (a Lock called in that
-	// window) is wiped too.
-	restartBetween := func(a, b time.Time) bool {
-		for _, r := range o.Restarts {
-			if !r.Exited.Before(a) && r.Began.Before(b) &&
-				(o.RestartWindow <= 0 || b.Sub(r.Exited) < o.RestartWindow) {
-				return true
-			}
-		}
-		return false
-	}
+	logf := o.logf()
+	byKey := started(holds, logf)
 	describe := func(a, b *Hold) string {
 		return fmt.Sprintf("key %s: overlap of %v: client %d (%s, fence %d, called %v before, live %v..%v, trusted until %v, lost %v) and client %d (%s, fence %d, began %v after the first began)",
 			a.Key, a.TrustedEnd.Sub(b.Start), a.Client, a.Via, a.Fence, a.Start.Sub(a.Call), 0, a.End.Sub(a.Start), a.TrustedEnd.Sub(a.Start), a.LostCause,
@@ -101,7 +71,7 @@ func Check(holds []*Hold, o Options) Result {
 			for _, b := range hs[i+1:] {
 				// Successive: fences must increase.
 				fenceOrder := func(end time.Time) {
-					excused := restartBetween(a.Call, b.Start)
+					excused := o.restartBetween(a.Call, b.Start)
 					if excused && o.ClockFencesAcrossRestarts && b.Call.After(a.End) {
 						excused = false
 					}
@@ -126,7 +96,7 @@ func Check(holds []*Hold, o Options) Result {
 					}
 					continue
 				}
-				if restartBetween(a.Call, b.Start) {
+				if o.restartBetween(a.Call, b.Start) {
 					res.Excused++
 					logf("excused by a restart without persistence: %s", describe(a, b))
 					continue
@@ -137,4 +107,49 @@ func Check(holds []*Hold, o Options) Result {
 	}
 	logf("overlaps of live Contexts: %d (of which excused by a restart without persistence: %d)", res.Overlaps, res.Excused)
 	return res
+}
+
+// restartBetween reports whether a restart may have wiped, before b, a
+// lease granted after a. A restart by SIGTERM is acted on only in
+// serverCron (up to 1/hz = 100 ms later), the server serving clients
+// meanwhile: the old process exits somewhere in [Began, Exited], and a
+// lease it granted after the restart began (a Lock called in that window)
+// is wiped too.
+func (o *Options) restartBetween(a, b time.Time) bool {
+	for _, r := range o.Restarts {
+		if !r.Exited.Before(a) && r.Began.Before(b) &&
+			(o.RestartWindow <= 0 || b.Sub(r.Exited) < o.RestartWindow) {
+			return true
+		}
+	}
+	return false
+}
+
+// logf returns o.Logf, or a func that logs nothing.
+func (o *Options) logf() func(format string, args ...any) {
+	if o.Logf == nil {
+		return func(string, ...any) {}
+	}
+	return o.Logf
+}
+
+// started returns, by key, the holds that were verified live, and logs
+// how late the Locks and the watchdogs were.
+func started(holds []*Hold, logf func(format string, args ...any)) map[string][]*Hold {
+	byKey := map[string][]*Hold{}
+	pastAtStart := 0
+	var maxLate, maxLateStart time.Duration
+	for _, h := range holds {
+		if h.PastAtStart {
+			pastAtStart++
+			maxLateStart = max(maxLateStart, h.Late)
+		} else {
+			maxLate = max(maxLate, h.Late)
+		}
+		if !h.Start.IsZero() {
+			byKey[h.Key] = append(byKey[h.Key], h)
+		}
+	}
+	logf("Locks returned with their deadline passed: %d (by up to %v); longest watchdog lateness otherwise: %v", pastAtStart, maxLateStart, maxLate)
+	return byKey
 }

@@ -1,9 +1,10 @@
-// Package chaoscheck is what the chaos tests (the library's TestChaos,
-// redlock's TestRedlockChaos) share: the random lock traffic (Traffic), the
-// record of each hold's verified-live interval, the exclusion and fencing
-// check over those records, and the classification of the errors the
-// traffic met. Each test keeps its own servers, clients and faults. Only
-// test code imports it.
+// Package chaoscheck is what the chaos tests (the library's TestChaos and
+// TestPermitsChaos, redlock's TestRedlockChaos) share: the random lock or
+// permits traffic (Traffic), the record of each hold's verified-live
+// interval, the exclusion (or capacity) and fencing checks over those
+// records, and the classification of the errors the traffic met. Each
+// test keeps its own servers, clients and faults. Only test code imports
+// it.
 package chaoscheck
 
 import "time"
@@ -19,6 +20,7 @@ type Hold struct {
 	Fence      uint64
 	Client     int
 	Via        string // how it was taken: "lock", "trylock", "do", ...
+	Permits    int64  // the permits it took (CheckPermits); 0 for a lock
 
 	Call        time.Time     // Lock, TryLock or Do was called
 	Start       time.Time     // verified live here (just after Lock returned); zero if it never was

@@ -17,9 +17,10 @@ import (
 )
 
 // Traffic is the random lock traffic of a chaos test: two goroutines per
-// Client take a few keys with Lock, TryLock and Do, with random leases,
-// renewal on and off, retry strategies, WithMaxHold, random cancellations,
-// and, while holding, Extend, TTL and re-entry. It records every hold (a
+// Client take a few keys with Lock, TryLock and Do (or, with Capacities,
+// permits: permits_traffic.go), with random leases, renewal on and off,
+// retry strategies, WithMaxHold, random cancellations, and, while
+// holding, Extend, TTL and re-entry. It records every hold (a
 // Hold, for Check) and checks what only the caller can see: a Context that
 // ended while held has cause ErrLockLost, a Context after a successful
 // Unlock is done, a re-entered Lock has its outer Lock's fence and token,
@@ -39,6 +40,10 @@ type Traffic struct {
 	// Guard makes holders also write through Lock.Txn, appending their
 	// fence to the list GuardLog(key) (a Client on one deployment only).
 	Guard bool
+	// Capacities, if set, makes the traffic take permits rather than
+	// locks (permitsOp): each key is a Semaphore of its capacity here, or
+	// an RWMutex if that is dlock.MaxPermits.
+	Capacities map[string]int64
 
 	mu       sync.Mutex
 	holds    []*Hold
@@ -96,6 +101,10 @@ func (tr *Traffic) safeOp(id int, c *dlock.Client, r *rand.Rand) {
 			tr.Problem("panic in client %d: %v", id, p)
 		}
 	}()
+	if tr.Capacities != nil {
+		tr.permitsOp(id, c, r)
+		return
+	}
 	tr.op(id, c, r)
 }
 
@@ -170,7 +179,7 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 		tr.timed(name, limit, func() { l, err = take(ctx, key, opts...) })
 		tr.checkErr(via, err)
 		if err == nil {
-			tr.holdLock(id, c, r, l, via, call)
+			tr.holdLock(id, c, r, l, via, call, 0)
 		}
 	default:
 		tr.Count(&tr.ops, "do")
@@ -187,7 +196,7 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 			if err != nil {
 				return nil
 			}
-			hr := tr.begin(id, in, "do", call)
+			hr := tr.begin(id, in, "do", call, 0)
 			tr.holdFor(id, c, r, in, hr, false)
 			if in.Context().Err() != nil {
 				// fn's context follows the lock's (through
@@ -207,9 +216,10 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 	}
 }
 
-// begin records the hold of l, taken by a call at call.
-func (tr *Traffic) begin(id int, l *dlock.Lock, via string, call time.Time) *Hold {
-	hr := &Hold{Call: call, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Client: id, Via: via}
+// begin records the hold of l, taken by a call at call, of permits
+// permits (0 for a lock).
+func (tr *Traffic) begin(id int, l *dlock.Lock, via string, call time.Time, permits int64) *Hold {
+	hr := &Hold{Call: call, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Client: id, Via: via, Permits: permits}
 	now := time.Now()
 	hr.Begin(now, backend.TrustedUntil(l), l.Context().Err() == nil)
 	tr.mu.Lock()
@@ -219,7 +229,7 @@ func (tr *Traffic) begin(id int, l *dlock.Lock, via string, call time.Time) *Hol
 }
 
 // holdFor works under l for up to HoldMax, checking it every few ms, and,
-// if calls, does random Extend, TTL and re-entry calls on it.
+// if calls, does random Extend, TTL and (for a lock) re-entry calls on it.
 func (tr *Traffic) holdFor(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock, hr *Hold, calls bool) {
 	until := time.Now().Add(time.Duration(r.Int64N(int64(tr.HoldMax))))
 	check := func() bool {
@@ -253,7 +263,9 @@ func (tr *Traffic) holdFor(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock,
 				cancel()
 				tr.checkErr("ttl", err)
 			case 2:
-				tr.reenter(c, r, l)
+				if hr.Permits == 0 {
+					tr.reenter(c, r, l)
+				}
 			case 3:
 				if tr.Guard {
 					tr.guard(r, l)
@@ -314,8 +326,10 @@ func (tr *Traffic) reenter(c *dlock.Client, r *rand.Rand, l *dlock.Lock) {
 	}
 }
 
-func (tr *Traffic) holdLock(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock, via string, call time.Time) {
-	hr := tr.begin(id, l, via, call)
+// holdLock records and works under l, of permits permits (0 for a lock),
+// then unlocks it.
+func (tr *Traffic) holdLock(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock, via string, call time.Time, permits int64) {
+	hr := tr.begin(id, l, via, call, permits)
 	tr.holdFor(id, c, r, l, hr, true)
 	// The interval ends at Unlock's start at the latest.
 	uctx, ucancel, limit := callCtx(r)
