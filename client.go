@@ -189,10 +189,11 @@ var errReleaseFailed = errors.New("release failed")
 
 // Do takes the lock, runs fn with a context that is cancelled if the lock is
 // lost (or ctx ends), and releases the lock when fn returns, or panics (the
-// panic then goes on). It returns fn's error; if fn succeeded but the lock
-// was lost meanwhile, the loss (fn's work may have overlapped another
-// holder's); else the release's error. A release that fails ends the
-// lock's renewal, so it is freed when its lease runs out.
+// panic then goes on). If the lock was lost meanwhile (fn's work may have
+// overlapped another holder's), it returns an error wrapping ErrLockLost:
+// the loss, with fn's error if fn failed too (as it does when it returns its
+// context's error); else fn's error, or the release's. A release that fails
+// ends the lock's renewal, so it is freed when its lease runs out.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidOption)
@@ -234,6 +235,10 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		}
 	}
 	switch {
+	case err != nil && lost:
+		// fn often fails because the loss cancelled its context: say
+		// so, as its work may have overlapped another holder's.
+		return fmt.Errorf("%w (%w)", err, lostCause)
 	case err != nil:
 		return err
 	case lost:

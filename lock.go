@@ -178,6 +178,9 @@ var errExtendPanicked = errors.New("extend panicked")
 // TTL returns how long Redis will keep the lock if it is not renewed. It
 // is 0 if someone removed the lock key's expiry behind the Client's back
 // (PERSIST); the next renewal, if the lock is renewed, sets one again.
+// A renewed lock (or permits) handed over to a waiter starts, without
+// WithReplicaAck, with a lease of at most the queue TTL (WithQueueTTL),
+// which the watchdog's first renewal lengthens to the WithTTL lease.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err

@@ -1020,6 +1020,44 @@ func TestDoReportsLossFoundAtRelease(t *testing.T) {
 	}
 }
 
+// fn's context is cancelled when the lock is lost, so fn commonly fails
+// with that context's error (a query given ctx, or ctx.Err() itself). Do's
+// error must still say the lock was lost, or the caller cannot tell a loss,
+// after which fn's work may have overlapped another holder's, from its own
+// cancellation.
+func TestDoReportsLossWhenFnFails(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	err := c.Do(ctx, "job", func(ctx context.Context) error {
+		if err := other.ForceRelease(context.Background(), "job"); err != nil {
+			return err
+		}
+		<-ctx.Done() // the next renewal finds the lock gone
+		return ctx.Err()
+	}, WithTTL(300*time.Millisecond))
+	if !errors.Is(err, ErrLockLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do whose fn returned its context's error after a loss = %v, want ErrLockLost and context.Canceled", err)
+	}
+
+	// Found only by Do's release: fn failed on its own meanwhile.
+	boom := errors.New("boom")
+	err = c.Do(ctx, "job", func(ctx context.Context) error {
+		if err := other.ForceRelease(context.Background(), "job"); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, ErrLockLost) || !errors.Is(err, boom) {
+		t.Errorf("Do whose fn failed while its lock was taken away = %v, want ErrLockLost and fn's error", err)
+	}
+
+	// fn's error alone when the lock was not lost.
+	if err := c.Do(ctx, "job", func(context.Context) error { return boom }); err != boom {
+		t.Errorf("Do whose fn failed = %v, want fn's error as it is", err)
+	}
+}
+
 // ExponentialRetry's delays double from base up to max, even for a max
 // near math.MaxInt64 (an "uncapped" backoff), where doubling overflows.
 func TestExponentialBackoffNeverNegative(t *testing.T) {
