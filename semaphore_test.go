@@ -220,12 +220,7 @@ func TestSemaphoreHandsOverToManyWaitersOfOneClient(t *testing.T) {
 	// reach the Client before its waiters register.
 	w := c.be.(*node).wake
 	ch := semKeys(s).channel + ":" + c.be.(*node).id
-	first, err := w.subscribe(ctx, ch, "first", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitSubscribed(t, w, ch)
-	first.leave()
+	lingerOn(t, w, ch)
 
 	got := make([]<-chan lockResult, waiters)
 	for i := range got {
@@ -734,8 +729,13 @@ func TestSemaphoreWaiterOfOtherCapacityLeavingLetsOthersIn(t *testing.T) {
 	c, rdb, srv := newTestClient(t, noPolling)
 	ctx := context.Background()
 	small := c.Semaphore("pool", 2)
-	big := newClientOn(t, srv.Client(t), noPolling).Semaphore("pool", 5)
+	bigC := newClientOn(t, srv.Client(t), noPolling)
+	big := bigC.Semaphore("pool", 5)
 	k := semKeys(small)
+	// Subscribed already: the first waiter of a new subscription checks
+	// again once it takes effect, and capacity 5's, meeting the permit
+	// granted below, would leave before the test has it in the way.
+	lingerOn(t, bigC.be.(*node).wake, semKeys(big).channel+":"+bigC.be.(*node).id)
 	dead, err := small.Acquire(ctx, 2, WithTTL(200*time.Millisecond), WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)

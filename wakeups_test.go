@@ -22,18 +22,27 @@ import (
 )
 
 // lingeringChannel subscribes c's hand-over channel for key and lets it
-// linger, subscribed, with no waiter: as after a wait on key just ended.
+// linger (lingerOn).
 func lingeringChannel(t *testing.T, c *Client, key string) (*wakeups, string) {
 	t.Helper()
 	w := c.be.(*node).wake
 	ch := c.keys(key).channel
+	lingerOn(t, w, ch)
+	return w, ch
+}
+
+// lingerOn subscribes w to ch and lets it linger, subscribed, with no
+// waiter: as after a wait just ended. A waiter whose check comes after
+// is not nudged to check again when it registers, as the first waiter of
+// a new subscription is.
+func lingerOn(t *testing.T, w *wakeups, ch string) {
+	t.Helper()
 	first, err := w.subscribe(context.Background(), ch, "first", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitSubscribed(t, w, ch)
 	first.leave()
-	return w, ch
 }
 
 // A waiter registers after its check joined the queue. On a channel that
