@@ -23,11 +23,8 @@ import (
 // CHAOS_DURATION (15s by default) and CHAOS_SEED are TestChaos's.
 func TestPermitsChaos(t *testing.T) {
 	seed, dur := chaoscheck.Settings(t, 15*time.Second)
-	ch := &chaos{t: t}
+	ch := newChaos(t)
 	ch.Keys = []string{"s2", "s5", "rw"}
 	ch.Capacities = map[string]int64{"s2": 2, "s5": 5, "rw": dlock.MaxPermits}
-	ch.Sentinels = chaosSentinels
-	ch.MinLease, ch.MaxLease = 100*time.Millisecond, time.Second
-	ch.HoldMax = 500 * time.Millisecond
 	ch.run(seed, dur)
 }

@@ -43,16 +43,23 @@ import (
 // process's exit.)
 func TestChaos(t *testing.T) {
 	seed, dur := chaoscheck.Settings(t, 15*time.Second)
-	ch := &chaos{t: t}
+	ch := newChaos(t)
 	ch.Keys = []string{"k0", "k1"}
-	ch.Sentinels = chaosSentinels
-	ch.MinLease, ch.MaxLease = 100*time.Millisecond, time.Second
-	ch.HoldMax = 500 * time.Millisecond
 	ch.Guard = true
 	// Calls are not checked for hangs beyond Run's: with go-redis's
 	// defaults (3 s reads, 3 retries), a call may outlast its context by
 	// many seconds on a connection frozen for a while.
 	ch.run(seed, dur)
+}
+
+// newChaos returns the chaos run TestChaos and TestPermitsChaos share:
+// leases of 100 ms to 1 s, holds of up to 500 ms.
+func newChaos(t *testing.T) *chaos {
+	ch := &chaos{t: t}
+	ch.Sentinels = chaosSentinels
+	ch.MinLease, ch.MaxLease = 100*time.Millisecond, time.Second
+	ch.HoldMax = 500 * time.Millisecond
+	return ch
 }
 
 type chaosClient struct {
