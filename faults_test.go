@@ -166,13 +166,16 @@ func endsBeforeTaken(t *testing.T, l *Lock, other *Client, giveUp func()) *Lock 
 		fail("%v", err)
 	}
 	acquiredAt := time.Now()
+	// Read at once: lostAt is only when the goroutine above ran, which
+	// under load can be well after the Context ended.
+	ended := l.Context().Err() != nil
 	t.Cleanup(func() { _ = l2.Unlock(context.Background()) })
 	select {
 	case <-lostSeen:
 	case <-time.After(5 * time.Second):
 		fail("the holder's Context outlived its lease in Redis")
 	}
-	if !lostAt.Before(acquiredAt) {
+	if !ended {
 		t.Errorf("holder learned of the loss %v after another client acquired", lostAt.Sub(acquiredAt))
 	}
 	return l2
