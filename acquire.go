@@ -110,14 +110,17 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 		return c.acquireFailed(ctx, actx, x, &req, &cfg, err)
 	}
 	h := &hold{lease: g.Lease, fence: g.Fence, kind: kindOf(p), levels: 1, ttl: cfg.ttl, renew: cfg.renew, x: x.granted()}
+	// A lock handed over to a waiter is held from the hand-over, not from
+	// the waiter's last check before it: hold times count from there.
+	began := g.Start
+	if !g.Began.IsZero() {
+		began = g.Began
+	}
 	if x != nil {
-		x.leased = g.Start
-		if !g.Began.IsZero() {
-			x.leased = g.Began
-		}
+		x.leased = began
 	}
 	if cfg.maxHold > 0 {
-		h.renewUntil = g.Start.Add(cfg.maxHold)
+		h.renewUntil = began.Add(cfg.maxHold)
 	}
 	h.trust(g.Start, g.TTL)
 	hctx := context.WithoutCancel(ctx)

@@ -729,6 +729,46 @@ func TestMaxHoldStopsRenewal(t *testing.T) {
 	}
 }
 
+// TestMaxHoldOfHandedOverLockCountsFromHandOver: a waiter handed the lock
+// holds it from the hand-over, so its max hold counts from there, not from
+// its last check before it (up to a third of its queue TTL earlier).
+func TestMaxHoldOfHandedOverLockCountsFromHandOver(t *testing.T) {
+	const maxHold = 5 * time.Second
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	holder := mustLock(t, c, "relay")
+	waiter := newClientOn(t, rdb)
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "relay", WithMaxHold(maxHold))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueuedAndSubscribed(t, rdb, waiter, "relay")
+	// Time is the subject: the waiter's last check is this far before the
+	// hand-over (it checks again only a second after it queued).
+	time.Sleep(300 * time.Millisecond)
+	handed := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := testutil.Receive(t, got, 5*time.Second, "the waiter to be handed the lock")
+	if l == nil {
+		t.FailNow()
+	}
+	waiter.dog.mu.Lock()
+	until := l.h.renewUntil
+	waiter.dog.mu.Unlock()
+	if until.Before(handed.Add(maxHold)) {
+		t.Errorf("renewal stops %v after the hand-over, want the max hold (%v) from it", until.Sub(handed), maxHold)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestExtend(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()

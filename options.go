@@ -130,8 +130,9 @@ func WithoutRenewal() LockOption {
 	return func(c *lockConfig) { c.renew = false }
 }
 
-// WithMaxHold stops renewal once the lock has been held for d, so a holder
-// stuck in its critical section cannot keep the lock forever. The lock is
+// WithMaxHold stops renewal once the lock has been held for d (counted
+// from the grant; for a waiter, from the hand-over), so a holder stuck in
+// its critical section cannot keep the lock forever. The lock is
 // then lost when the last lease runs out. A degraded lock
 // (WithDegradedMode), which has no lease, is lost once held for d. It
 // needs renewal: with WithoutRenewal, Lock returns an error wrapping
