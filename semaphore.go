@@ -35,8 +35,9 @@ const MaxPermits = 1 << 40
 // Every Client using a semaphore's name must give it the same capacity:
 // while any permits are held, Acquire and TryAcquire with another capacity
 // fail with an error wrapping ErrInvalidOption (once nobody holds any, the
-// next grant's capacity is the semaphore's). They also fail so on Redlock
-// (package redlock) or with WithAdaptiveTTL. WithReplicaAck applies to
+// next grant's capacity is the semaphore's). They also fail so with
+// WithAdaptiveTTL, and on Redlock (package redlock), where the error wraps
+// errors.ErrUnsupported too. WithReplicaAck applies to
 // permits as to a lock.
 //
 // Permits are not reentrant: a holder that acquires more while it holds

@@ -32,7 +32,7 @@ const (
 // Acquire takes the lock on a majority of the nodes, waiting if r.Wait.
 func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant, error) {
 	if r.Permits != nil {
-		return backend.Grant{}, fmt.Errorf("%w: semaphores need one Redis deployment, not Redlock", dlock.ErrInvalidOption)
+		return backend.Grant{}, fmt.Errorf("dlock: %s %q: %w: needs one Redis deployment, not Redlock (%w)", r.Permits.Kind, r.Key, dlock.ErrInvalidOption, errors.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		// Send nothing: an attempt stops waiting for the nodes at once,
