@@ -207,10 +207,10 @@ func (c *Client) List(ctx context.Context, pattern string, opts ...ListOption) (
 	if pattern == "" {
 		pattern = "*"
 	}
-	pattern, ok := closedGlob(pattern)
-	if !ok {
-		return nil, fmt.Errorf("%w: list pattern %q leaves a character class open", ErrInvalidOption, pattern)
+	if err := CheckListPattern(pattern); err != nil {
+		return nil, err
 	}
+	pattern, _ = closedGlob(pattern)
 	// The prefix is literal: its glob characters are escaped. The pattern
 	// is matched against the key, not its tag: a tag that starts with
 	// KeyEscape is the escape followed by the key, any other is the key
@@ -264,6 +264,17 @@ func (c *Client) List(ctx context.Context, pattern string, opts ...ListOption) (
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// CheckListPattern returns the error (wrapping ErrInvalidOption) that List
+// fails with for pattern, or nil: a pattern must not leave a character
+// class open. It lets a caller refuse bad input before it connects to
+// Redis.
+func CheckListPattern(pattern string) error {
+	if _, ok := closedGlob(pattern); !ok {
+		return fmt.Errorf("%w: list pattern %q leaves a character class open", ErrInvalidOption, pattern)
+	}
+	return nil
 }
 
 // closedGlob returns pattern ready to be followed by the literal '}' that

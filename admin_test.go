@@ -345,11 +345,19 @@ func TestListPatternEndsAsInRedis(t *testing.T) {
 		if got, err := c.List(ctx, pattern); err != nil || !slices.Equal(got, want) {
 			t.Errorf("List(%q) = %q, %v; want %q, as KEYS matches", pattern, got, err, want)
 		}
+		if err := CheckListPattern(pattern); err != nil {
+			t.Errorf("CheckListPattern(%q) = %v, want nil", pattern, err)
+		}
 	}
 	// A class left open would take in the '}': such a pattern is refused.
 	for _, pattern := range []string{"a[", "[a", "a[b-", "a[b-]", `a[\`} {
 		if got, err := c.List(ctx, pattern); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("List(%q) = %q, %v; want ErrInvalidOption", pattern, got, err)
+		}
+		// CheckListPattern, for callers that check before they connect,
+		// says the same.
+		if err := CheckListPattern(pattern); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("CheckListPattern(%q) = %v, want ErrInvalidOption", pattern, err)
 		}
 	}
 }

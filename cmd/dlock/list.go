@@ -59,6 +59,11 @@ code's data at their waiters' names is said as for a lock).`,
 			if len(args) == 1 {
 				pattern = args[0]
 			}
+			// A bad pattern is a usage error whether or not Redis can be
+			// reached.
+			if err := dlock.CheckListPattern(pattern); err != nil {
+				return usagef("%v", err)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
 			c, err := a.connect(ctx, "dlock list")
