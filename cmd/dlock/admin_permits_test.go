@@ -123,6 +123,15 @@ func TestReleaseForcePermits(t *testing.T) {
 		}
 	}
 	checkHandedOver(t, holder, waiter, log)
+	// The holder lost permits, not a lock, and says so.
+	for _, want := range []string{`lost the permits of semaphore "pool"`, `permits of semaphore "pool" were lost while the command ran`} {
+		if !strings.Contains(holder.stderr.String(), want) {
+			t.Errorf("holder's stderr lacks %q:\n%s", want, holder.stderr.String())
+		}
+	}
+	if strings.Contains(holder.stderr.String(), `lock "pool"`) {
+		t.Errorf("holder's stderr speaks of a lock:\n%s", holder.stderr.String())
+	}
 
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", before.Owner, "pool").want(t, exitFailure)
 	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "nothing was removed") {

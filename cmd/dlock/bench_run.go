@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -108,7 +107,7 @@ func (b *bencher) uncontended(ctx context.Context) (*uncontendedResult, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
+	if err := firstError(errs, "goroutines"); err != nil {
 		return nil, err
 	}
 	after, err := readCommandCounts(ctx, b.c.rdb)
@@ -201,7 +200,7 @@ func (b *bencher) contended(ctx context.Context) (*contendedResult, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
+	if err := firstError(errs, "workers"); err != nil {
 		return nil, err
 	}
 	after, err := readCommandCounts(ctx, b.c.rdb)
@@ -242,6 +241,26 @@ func unlock(ctx context.Context, l *dlock.Lock) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	return l.Unlock(ctx)
+}
+
+// firstError is the first of errs, the errors of the goroutines or workers
+// (what), with how many of them failed: when Redis goes away, every one
+// fails alike, and one error says it.
+func firstError(errs []error, what string) error {
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (%d of the %d %s failed)", first, failed, len(errs), what)
+	}
+	return first
 }
 
 func perOp(n, ops int64) float64 {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -50,6 +51,27 @@ func TestBenchPrivateWithRedisURLInEnvironment(t *testing.T) {
 		"bench", "--private", "--duration", "100ms", "--goroutines", "1", "--workers", "0").want(t, 0)
 	if !strings.Contains(r.stdout, "uncontended: 1 goroutines") || strings.Contains(r.stdout, srv.Addr()) {
 		t.Errorf("bench --private report:\n%s", r.stdout)
+	}
+}
+
+// Redis going away while the goroutines run fails each of them: bench
+// says so once, not once per goroutine, with status 69.
+func TestBenchRedisGoneSaysItOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	p := start(t, nil, "--redis", redisURL(srv.Addr()), "bench", "--duration", "30s", "--goroutines", "8", "--workers", "0")
+	waitUntil(t, 10*time.Second, "the last goroutine to lock", func() bool {
+		keys, _ := rdb.Keys(context.Background(), "*:u:7}:fence").Result()
+		return len(keys) > 0
+	})
+	srv.Kill(t)
+	if code := p.wait(t); code != exitUnavailable {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitUnavailable, p.stderr.String())
+	}
+	got := lines(p.stderr.String())
+	if len(got) != 1 || strings.Count(got[0], "bench-") > 1 {
+		t.Errorf("stderr: want one error, got:\n%s", p.stderr.String())
 	}
 }
 

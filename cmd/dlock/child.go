@@ -147,10 +147,14 @@ func lossCause(l *dlock.Lock) error {
 // stops it if the lock is lost or maxHold (if positive) passes: SIGTERM,
 // then SIGKILL after grace. It returns the cause of the stop (errMaxHold
 // for maxHold), or nil if the lock was still held when the command exited.
-func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, maxHold time.Duration) error {
+// held names the lock in what it says (runFlags.held).
+func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Signal, grace, maxHold time.Duration) error {
 	lockDone := l.Done()
 	var lost error
 	var graceC, holdC <-chan time.Time
+	// killed is set once --grace ran out: SIGKILL was sent, but the
+	// SIGTERM may have ended the command already (at once, with --grace 0).
+	killed := false
 	if maxHold > 0 {
 		t := time.NewTimer(maxHold)
 		defer t.Stop()
@@ -203,6 +207,9 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 				// have been first, so report it, as Do does.
 				lost = lossCause(l)
 			}
+			if killed && ch.status() == 128+int(syscall.SIGKILL) {
+				note("dlock: the command did not exit within --grace %v: SIGKILL ended it\n", grace)
+			}
 			return lost
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
@@ -220,13 +227,12 @@ func (a *app) supervise(ch *child, l *dlock.Lock, sigs <-chan os.Signal, grace, 
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case <-lockDone:
 			cause := lossCause(l)
-			stop(cause, fmt.Sprintf("lost the lock %q (%s)", l.Key(), a.errorLine(cause)))
+			stop(cause, fmt.Sprintf("lost the %s (%s)", held, a.errorLine(cause)))
 		case <-holdC:
-			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for lock %q", maxHold, l.Key()))
+			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for %s", maxHold, held))
 		case <-graceC:
-			graceC = nil
-			ch.signal(syscall.SIGKILL)
-			note("dlock: the command did not exit within --grace %v: sending SIGKILL\n", grace)
+			graceC, killed = nil, true
+			ch.signal(syscall.SIGKILL) // told of once it is gone, if it ended it
 		}
 	}
 }

@@ -37,7 +37,7 @@ func (c *child) status() int { return 0 }
 
 func (c *child) kill() {}
 
-func (a *app) supervise(*child, *dlock.Lock, <-chan os.Signal, time.Duration, time.Duration) error {
+func (a *app) supervise(*child, *dlock.Lock, string, <-chan os.Signal, time.Duration, time.Duration) error {
 	return nil
 }
 

@@ -266,29 +266,48 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 		a.unlock(l)
 		return cannotStart(argv[0], err)
 	}
-	lost := a.supervise(ch, l, sigs, f.grace, f.maxHold)
+	held := f.held(key)
+	lost := a.supervise(ch, l, held, sigs, f.grace, f.maxHold)
 	status := ch.status()
 	if lost != nil {
 		// supervise killed whatever was left of its process group.
 		if errors.Is(lost, errMaxHold) {
 			a.unlock(l) // still ours: renewed through --grace (see acquire)
-			return exitf(exitLockLost, "lock %q: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", key, f.maxHold, status)
+			return exitf(exitLockLost, "%s: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", held, f.maxHold, status)
 		}
 		// Stopped (supervise said so on stderr), or lost as it exited.
-		return exitf(exitLockLost, "lock %q was lost while the command ran (%v): its work may have overlapped another holder's (its status: %d)", key, lost, status)
+		return exitf(exitLockLost, "%s", f.lostText(key, "while the command ran", lost, status))
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := l.Unlock(uctx); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
-			return exitf(exitLockLost, "lock %q was lost before the command finished (%v): its work may have overlapped another holder's (its status: %d)", key, err, status)
+			return exitf(exitLockLost, "%s", f.lostText(key, "before the command finished", err, status))
 		}
-		fmt.Fprintf(a.stderr, "dlock: warning: could not release lock %q (%s); it expires within --ttl %v\n", key, a.errorLine(err), a.conn.ttl)
+		fmt.Fprintf(a.stderr, "dlock: warning: could not release %s (%s); it expires within --ttl %v\n", held, a.errorLine(err), a.conn.ttl)
 	}
 	if status != 0 {
 		return &exitError{code: status}
 	}
 	return nil
+}
+
+// held names what run holds, in what it says: lock "KEY", or with
+// --capacity permits of semaphore "KEY".
+func (f runFlags) held(key string) string {
+	if f.capacity > 0 {
+		return fmt.Sprintf("permits of semaphore %q", key)
+	}
+	return fmt.Sprintf("lock %q", key)
+}
+
+// lostText says that what run holds was lost (when: while or before the
+// command finished), and what that may have let happen.
+func (f runFlags) lostText(key, when string, cause error, status int) string {
+	if f.capacity > 0 {
+		return fmt.Sprintf("permits of semaphore %q were lost %s (%v): more than its capacity of %d permits may have been in use at once (its status: %d)", key, when, cause, f.capacity, status)
+	}
+	return fmt.Sprintf("lock %q was lost %s (%v): its work may have overlapped another holder's (its status: %d)", key, when, cause, status)
 }
 
 // maxCommandMeta bounds the default --meta, well within the library's

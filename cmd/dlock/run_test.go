@@ -290,10 +290,47 @@ func TestRunLostLockKillsAfterGrace(t *testing.T) {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
 	}
 	stderr := p.stderr.String()
-	for _, want := range []string{"did not exit within --grace 200ms: sending SIGKILL", "its status: 137"} {
+	for _, want := range []string{"did not exit within --grace 200ms: SIGKILL ended it", "its status: 137"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+}
+
+// With --grace 0 the SIGKILL follows the SIGTERM at once: dlock says the
+// command did not exit in time only if SIGKILL is what ended it, not when
+// the SIGTERM already had.
+func TestRunLostLockGraceZero(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, script string
+		status       string
+		killed       bool
+	}{
+		{"ends at SIGTERM", `echo started >> "$LOG"; exec sleep 1000`, "its status: 143", false},
+		{"ignores SIGTERM", `trap '' TERM; echo started >> "$LOG"; exec sleep 1000`, "its status: 137", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := "grace-zero-" + strconv.FormatBool(tc.killed)
+			log := filepath.Join(t.TempDir(), "log")
+			p := start(t, baseEnv("LOG="+log), "--redis", sharedURL(), "--ttl", "600ms",
+				"run", "--grace", "0s", key, "--", "sh", "-c", tc.script)
+			waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+			if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t); code != exitLockLost {
+				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+			}
+			stderr := p.stderr.String()
+			if !strings.Contains(stderr, tc.status) {
+				t.Errorf("stderr lacks %q:\n%s", tc.status, stderr)
+			}
+			if said := strings.Contains(stderr, "did not exit within --grace 0s"); said != tc.killed {
+				t.Errorf("stderr says the command did not exit within --grace: %v, want %v:\n%s", said, tc.killed, stderr)
+			}
+		})
 	}
 }
 
@@ -448,6 +485,22 @@ func TestRunMaxHoldStopsCommand(t *testing.T) {
 	}
 }
 
+// With --capacity, what --max-hold ends is permits of a semaphore, and
+// dlock says so.
+func TestRunMaxHoldPermits(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "--redis", sharedURL(), "run", "--capacity", "2", "--max-hold", "100ms", "--grace", "5s", "maxhold-permits", "--",
+		"sh", "-c", "exec sleep 1000").want(t, exitLockLost)
+	for _, want := range []string{`--max-hold 100ms passed for permits of semaphore "maxhold-permits"`, `permits of semaphore "maxhold-permits": --max-hold 100ms passed while the command ran`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, `lock "maxhold-permits"`) {
+		t.Errorf("stderr speaks of a lock:\n%s", r.stderr)
+	}
+}
+
 // TestRunMaxHoldKeepsLockDuringGrace: after --max-hold, COMMAND runs on
 // for up to --grace, so the lock must stay dlock's until COMMAND is gone,
 // although that is longer than the lease: renewal goes on through the
@@ -531,7 +584,7 @@ func TestSuperviseReportsALossAsTheCommandExits(t *testing.T) {
 	// Each call's select picks at random: 20 are all wrong by chance once
 	// in a million runs.
 	for range 20 {
-		if err := a.supervise(ch, l, nil, time.Second, 0); !errors.Is(err, dlock.ErrLockLost) {
+		if err := a.supervise(ch, l, "lock", nil, time.Second, 0); !errors.Is(err, dlock.ErrLockLost) {
 			t.Fatalf("supervise of a command that exited as its lock was lost = %v, want ErrLockLost", err)
 		}
 	}

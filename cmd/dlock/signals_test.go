@@ -501,7 +501,7 @@ func TestRunLostLockWithBlockedStderr(t *testing.T) {
 	if code != exitLockLost {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, errText)
 	}
-	for _, want := range []string{`lost the lock "` + key + `"`, "sending SIGKILL", "its status: 137"} {
+	for _, want := range []string{`lost the lock "` + key + `"`, "SIGKILL ended it", "its status: 137"} {
 		if !strings.Contains(errText, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errText)
 		}
