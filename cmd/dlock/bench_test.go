@@ -33,10 +33,15 @@ func TestBench(t *testing.T) {
 	}
 
 	r = dlockRun(t, nil, "--redis", sharedURL(), "bench", "--duration", "100ms", "--goroutines", "0", "--workers", "2").want(t, 0)
-	for _, want := range []string{"contended: 2 workers on one key", "acquisitions/s", "never held by two workers at once"} {
+	for _, want := range []string{"contended: 2 workers on one key", "acquisitions/s", "never held by two workers at once", "FIFO bound: (workers-1)/rate = "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench report lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	// One worker waits for nobody and hands over to nobody.
+	r = dlockRun(t, nil, "--redis", sharedURL(), "bench", "--duration", "100ms", "--goroutines", "0", "--workers", "1").want(t, 0)
+	if !strings.Contains(r.stdout, "hand-over        none") || strings.Contains(r.stdout, "FIFO") {
+		t.Errorf("bench report with one worker:\n%s", r.stdout)
 	}
 	dlockRun(t, nil, "bench", "--goroutines", "0", "--workers", "0").want(t, exitUsage)
 }
