@@ -2,8 +2,11 @@ package otel_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -37,5 +40,31 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("error %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// refusingProvider is a MeterProvider whose meters refuse to make
+// counters, as an SDK with a bad view or a custom provider can.
+type refusingProvider struct{ noop.MeterProvider }
+
+func (refusingProvider) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
+
+type refusingMeter struct{ noop.Meter }
+
+var errRefused = errors.New("instrument refused")
+
+func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return noop.Int64Counter{}, errRefused
+}
+
+// An instrument the MeterProvider refuses makes New fail with an error
+// that says where it comes from, as New's other errors do.
+func TestNewRefusedInstrument(t *testing.T) {
+	_, err := dlockotel.New(dlockotel.WithMeterProvider(refusingProvider{}))
+	if !errors.Is(err, errRefused) {
+		t.Fatalf("New = %v, want the provider's error", err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "dlock/metrics/otel: ") || !strings.Contains(msg, "dlock.acquire.attempts") {
+		t.Errorf("New = %q, want the package's prefix and the instrument's name", msg)
 	}
 }

@@ -138,7 +138,8 @@ type Observer struct {
 
 var _ dlock.Observer = (*Observer)(nil)
 
-// New creates the instruments.
+// New creates the instruments. An error the MeterProvider returns for one
+// of them makes New fail with it.
 func New(opts ...Option) (*Observer, error) {
 	cfg := config{keyInSpans: true}
 	for _, o := range opts {
@@ -166,15 +167,20 @@ func New(opts ...Option) (*Observer, error) {
 		keyInSpans: cfg.keyInSpans,
 	}
 	var errs []error
+	check := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instrument %s: %w", name, err))
+		}
+	}
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
-		errs = append(errs, err)
+		check(name, err)
 		return c
 	}
 	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
 			metric.WithExplicitBucketBoundaries(buckets...))
-		errs = append(errs, err)
+		check(name, err)
 		return h
 	}
 	o.attempts = counter("dlock.acquire.attempts", "Lock and TryLock calls (re-entries aside).", "{call}")
@@ -182,7 +188,7 @@ func New(opts ...Option) (*Observer, error) {
 	o.wait = histogram("dlock.acquire.duration", "How long Lock and TryLock calls took, waiting included.", DefaultWaitBuckets)
 	pending, err := m.Int64UpDownCounter("dlock.acquire.pending",
 		metric.WithDescription("Lock and TryLock calls waiting or under way."), metric.WithUnit("{call}"))
-	errs = append(errs, err)
+	check("dlock.acquire.pending", err)
 	o.pending = pending
 	o.hold = histogram("dlock.hold.duration", "How long locks were held, measured at their last Unlock.", DefaultHoldBuckets)
 	o.releases = counter("dlock.releases", "Unlock calls by outcome.", "{call}")
@@ -190,7 +196,7 @@ func New(opts ...Option) (*Observer, error) {
 	o.lost = counter("dlock.lost", "Locks lost while held, by reason.", "{lock}")
 	o.reentries = counter("dlock.reentries", "Re-entries of held locks, by outcome.", "{call}")
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dlock/metrics/otel: %w", err)
 	}
 	return o, nil
 }
