@@ -35,6 +35,17 @@ const (
 	// lock. Tests bound the sum of the wait histogram with it;
 	// CheckInvoiceWaits does.
 	Wait = 50 * time.Millisecond
+	// renewedTTL is the lease of the locks whose renewals are counted:
+	// renewed every 400 ms, they survive a renewal about 800 ms late on a
+	// loaded machine (a 300 ms lease, renewed over 200 ms late, was lost: 3
+	// failures in 55 runs under three CPU hogs), which would count as a
+	// loss and stop the renewals waited for.
+	renewedTTL = 1200 * time.Millisecond
+	// shortTTL is the lease of the locks left to expire unrenewed: long
+	// enough for the grant's reply to come back within it on a loaded
+	// machine (with 30 ms it came too late, and the acquisition failed:
+	// 4 failures in 60 runs under three CPU hogs).
+	shortTTL = 250 * time.Millisecond
 	// waitTimeout bounds each wait for a condition (a waiter queued, a
 	// metric moved): past it the test fails.
 	waitTimeout = 5 * time.Second
@@ -141,9 +152,7 @@ func (g *Generator) Contend(pending func() float64) {
 func (g *Generator) RenewAndLose(renewals, lost func() float64) {
 	g.t.Helper()
 	ctx := context.Background()
-	// Renewed every 100 ms: a lease long enough that a renewal delayed on
-	// a loaded machine does not lose it (that would count as a loss).
-	renewed, err := g.Locks.Lock(ctx, "job:r", dlock.WithTTL(300*time.Millisecond))
+	renewed, err := g.Locks.Lock(ctx, "job:r", dlock.WithTTL(renewedTTL))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -151,7 +160,7 @@ func (g *Generator) RenewAndLose(renewals, lost func() float64) {
 	if err := renewed.Unlock(ctx); err != nil {
 		g.t.Fatal(err)
 	}
-	short, err := g.Locks.Lock(ctx, "job:s", dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
+	short, err := g.Locks.Lock(ctx, "job:s", dlock.WithTTL(shortTTL), dlock.WithoutRenewal())
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -208,7 +217,7 @@ func (g *Generator) Kinds(pending, renewals, lost func(kind string) float64) {
 	if err := <-got; err != nil {
 		g.t.Fatal(err)
 	}
-	read, err := g.Locks.RWMutex(Shared).RLock(ctx, dlock.WithTTL(300*time.Millisecond))
+	read, err := g.Locks.RWMutex(Shared).RLock(ctx, dlock.WithTTL(renewedTTL))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -216,7 +225,7 @@ func (g *Generator) Kinds(pending, renewals, lost func(kind string) float64) {
 	if err := read.Unlock(ctx); err != nil {
 		g.t.Fatal(err)
 	}
-	short, err := sem.Acquire(ctx, 1, dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
+	short, err := sem.Acquire(ctx, 1, dlock.WithTTL(shortTTL), dlock.WithoutRenewal())
 	if err != nil {
 		g.t.Fatal(err)
 	}
