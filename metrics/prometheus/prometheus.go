@@ -31,7 +31,8 @@
 //	dlock_lost_total{group,kind,reason}                    locks lost while held: not_held, expired, closed, release_failed
 //	dlock_reentries_total{group,kind,outcome}              re-entries: reentered, error (kind="lock")
 //
-// One Observer can serve any number of Clients; register it once.
+// One Observer can serve any number of Clients; New registers it once (it
+// is a prometheus.Collector: reg.Unregister(obs) removes its metrics).
 package prometheus
 
 import (
@@ -103,12 +104,19 @@ type Observer struct {
 	renewals     *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	reentries    *prometheus.CounterVec
+
+	metrics []prometheus.Collector // all of the above, which it collects
 }
 
-var _ dlock.Observer = (*Observer)(nil)
+var (
+	_ dlock.Observer       = (*Observer)(nil)
+	_ prometheus.Collector = (*Observer)(nil)
+)
 
 // New creates the metrics and registers them on reg (for example
-// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Options
+// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()), as one
+// Collector, the Observer: reg.Unregister(obs) removes them all, so that
+// another Observer can be registered in their place. Options
 // client_golang refuses (buckets not increasing, a const label "le" or
 // named as a variable label, such as "group" or "kind") are an error
 // wrapping dlock.ErrInvalidOption, and nothing is registered; so is a nil
@@ -151,20 +159,31 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "kind", "reason"),
 		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "kind", "outcome"),
 	}
-	cs := []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
-	errs = append(errs, checkDescs(cs))
+	o.metrics = []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
+	errs = append(errs, checkDescs(o.metrics))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: %w", dlock.ErrInvalidOption, err)
 	}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] { // all or nothing
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("dlock/metrics/prometheus: %w", err)
-		}
+	// One Collector: registered all or nothing.
+	if err := reg.Register(o); err != nil {
+		return nil, fmt.Errorf("dlock/metrics/prometheus: %w", err)
 	}
 	return o, nil
+}
+
+// Describe sends the descriptions of the Observer's metrics
+// (prometheus.Collector).
+func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range o.metrics {
+		c.Describe(ch)
+	}
+}
+
+// Collect sends the Observer's metrics (prometheus.Collector).
+func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range o.metrics {
+		c.Collect(ch)
+	}
 }
 
 // checkHistogram returns the error of opts that client_golang reports only

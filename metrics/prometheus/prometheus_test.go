@@ -233,6 +233,36 @@ func TestFailedNewRegistersNothing(t *testing.T) {
 	}
 }
 
+// An Observer unregistered from its registry takes all its metrics with
+// it, so that a new one can be registered in its place (a Client made
+// again, a test run again); registering an identical one meanwhile says
+// which is registered.
+func TestUnregisterMakesRoomForAnother(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var already prometheus.AlreadyRegisteredError
+	if _, err := dlockprom.New(reg); !errors.As(err, &already) || already.ExistingCollector != first {
+		t.Fatalf("a second New on the registry = %v, want AlreadyRegisteredError naming the first", err)
+	}
+	if !reg.Unregister(first) {
+		t.Fatal("Unregister of the Observer found nothing to remove")
+	}
+	if mfs, _ := reg.Gather(); len(mfs) != 0 {
+		t.Fatalf("%d metrics left registered after Unregister", len(mfs))
+	}
+	second, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatalf("New after Unregister: %v", err)
+	}
+	second.AcquireStart(context.Background(), dlock.AcquireStartEvent{Key: "job:1", Kind: "lock"})
+	if got := scrape(t, reg, "dlock_acquire_attempts_total"); got["group=job,kind=lock,mode=trylock"].value != 1 {
+		t.Errorf("the new Observer's attempts read %v, want its one attempt", got)
+	}
+}
+
 // Histogram options that client_golang refuses (buckets out of order, a
 // const label "le") must make New fail: client_golang panics only when a
 // histogram's first series is made, inside the Observer's AcquireEnd or
