@@ -614,6 +614,16 @@ func (h hangCommandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// otherMaster returns the address of a master of cl other than src.
+func otherMaster(cl *redistest.Cluster, src string) string {
+	for _, a := range cl.Addrs() {
+		if a != src {
+			return a
+		}
+	}
+	return ""
+}
+
 // migrateSlot moves slot from the master at src to the one at dst by hand,
 // as redis-cli --cluster reshard does: IMPORTING on dst, MIGRATING on src,
 // MIGRATE of every key, then SETSLOT NODE everywhere. mid runs after the
@@ -710,13 +720,7 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 		subs, _ := srcNode.PubSubShardNumSub(ctx, ch).Result()
 		return cc.ZCard(ctx, k.queue).Val() == 1 && subs[ch] == 1
 	})
-	var dst string
-	for _, a := range cl.Addrs() {
-		if a != src {
-			dst = a
-			break
-		}
-	}
+	dst := otherMaster(cl, src)
 	slot := int(cc.ClusterKeySlot(ctx, k.lock).Val())
 
 	migrateSlot(t, cl, slot, src, dst, func() {
@@ -1212,13 +1216,7 @@ func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
 
 	src := masterOf(t, cc, holder, key)
-	var dst string
-	for _, a := range cl.Addrs() {
-		if a != src {
-			dst = a
-			break
-		}
-	}
+	dst := otherMaster(cl, src)
 	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
 	s, d := redis.NewClient(&redis.Options{Addr: src}), redis.NewClient(&redis.Options{Addr: dst})
 	defer s.Close()
@@ -1569,4 +1567,123 @@ func TestClusterRebindToAHungMasterDoesNotHoldBackOtherWaiters(t *testing.T) {
 	proxy.Thaw()
 	cancelB()
 	<-gotB
+}
+
+// An Unlock sent while its lock's slot is being migrated is refused with
+// TRYAGAIN (its script names keys the slot holds on two masters, or not
+// yet at all): it did not run. Unlock waits for the migration to end and
+// releases the lock then, handing it to the next waiter, rather than
+// give it up and leave it held, unrenewed, for the rest of its lease. The
+// same goes for a semaphore's permits.
+func TestClusterUnlockDuringSlotMigration(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	// Each holder on a ClusterClient of its own, to see its own release
+	// refused.
+	lockSeen, semSeen := newReplySeen("TRYAGAIN"), newReplySeen("TRYAGAIN")
+	lcc, scc := cl.Client(t), cl.Client(t)
+	lcc.AddHook(lockSeen)
+	scc.AddHook(semSeen)
+	holder, semHolder := newClientOn(t, lcc), newClientOn(t, scc)
+	waiter := newClientOn(t, cl.Client(t), WithQueueTTL(time.Minute))
+	// One slot: "resharding}sem" has the hash tag of "resharding".
+	const key, semKey = "resharding", "resharding}sem"
+	l := mustLock(t, holder, key) // the default 30 s lease
+	permits, err := semHolder.Semaphore(semKey, 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(ctx, waiter, key)
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+
+	src := masterOf(t, cc, holder, key)
+	dst := otherMaster(cl, src)
+	unlocked, semUnlocked := make(chan error, 1), make(chan error, 1)
+	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
+		go func() { unlocked <- l.Unlock(ctx) }()
+		go func() { semUnlocked <- permits.Unlock(ctx) }()
+		testutil.Receive(t, lockSeen.seen, 10*time.Second, "the lock's release refused with TRYAGAIN")
+		testutil.Receive(t, semSeen.seen, 10*time.Second, "the permits' release refused with TRYAGAIN")
+	})
+
+	if err := testutil.Receive(t, unlocked, 10*time.Second, "Unlock"); err != nil {
+		t.Fatalf("Unlock during the migration = %v (the lock's Context: %v)", err, context.Cause(l.Context()))
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+		t.Fatalf("the lock's Context ended with %v, want ErrReleased", cause)
+	}
+	if err := testutil.Receive(t, semUnlocked, 10*time.Second, "the permits' Unlock"); err != nil {
+		t.Fatalf("Unlock of permits during the migration = %v", err)
+	}
+	// Well within the 30 s lease a lock given up would keep.
+	r := testutil.Receive(t, got, 10*time.Second, "the waiter to get the lock")
+	if r.err != nil {
+		t.Fatalf("the waiter's Lock = %v", r.err)
+	}
+	// The fence counter moved with the lock.
+	if r.l.Fence() <= l.Fence() {
+		t.Errorf("fence after the migration %d, not above the one before, %d", r.l.Fence(), l.Fence())
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := waiter.Semaphore(semKey, 1).TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("the permits released during the migration: TryAcquire = %v", err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A queued waiter that gives up while its lock's slot is being migrated
+// leaves the queue all the same: its leaving is refused with TRYAGAIN
+// until the migration ends, and sent again then. Left in the queue, it
+// would be handed the lock at the next release, and nobody would hold it
+// for that lease.
+func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	holder, other := newClientOn(t, cc), newClientOn(t, cl.Client(t))
+	wcc := cl.Client(t)
+	leaving := newReplySeen("TRYAGAIN")
+	wcc.AddHook(leaving)
+	// A long queue TTL: the waiter checks only every 10 s, so its only
+	// command during the migration is its leaving, and a lock handed over
+	// to it would stay for the whole 30 s lease.
+	waiter := newClientOn(t, wcc, WithQueueTTL(time.Minute))
+	const key = "resharding"
+	l := mustLock(t, holder, key)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	got := lockAsync(wctx, waiter, key)
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+
+	src := masterOf(t, cc, holder, key)
+	dst := otherMaster(cl, src)
+	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
+		giveUp()
+		testutil.Receive(t, leaving.seen, 10*time.Second, "the waiter's leaving refused with TRYAGAIN")
+	})
+	if r := testutil.Receive(t, got, 10*time.Second, "the waiter to give up"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the waiter's Lock = %v, want context.Canceled", r.err)
+	}
+	if n := cc.ZCard(ctx, k.queue).Val(); n != 0 {
+		t.Errorf("%d waiters queued after the only one gave up", n)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := other.TryLock(ctx, key)
+	if err != nil {
+		info, _ := other.Inspect(ctx, key)
+		t.Fatalf("TryLock after the release = %v (Inspect: %+v)", err, info)
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -222,16 +222,20 @@ func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backen
 }
 
 // Release gives back holds down to level-1, handing the lock over when
-// none are left.
+// none are left. A release refused while the lock's slot is being
+// migrated is sent again once the migration is over (migration.go).
 func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	var left int64
 	var err error
-	if n.ack != nil {
-		left, err = n.releaseAcked(ctx, l, level)
-	} else {
-		k := leaseKeys(l)
-		left, err = n.batch.run(ctx, k.scripts().release, k.args[:], &l.Token, k.releaseArg(level)).Int64()
-	}
+	throughMigration(ctx, func() error {
+		if n.ack != nil {
+			left, err = n.releaseAcked(ctx, l, level)
+		} else {
+			k := leaseKeys(l)
+			left, err = n.batch.run(ctx, k.scripts().release, k.args[:], &l.Token, k.releaseArg(level)).Int64()
+		}
+		return err
+	})
 	if backend.WrongType(err) {
 		return -1, nil // another kind of value at the lock's name: not held, as for a renewal
 	}

@@ -55,6 +55,9 @@ type attempt struct {
 	// inflight is closed once the last check, given up on while it was
 	// on its way in a batch, has reached Redis (or failed): nil if none.
 	inflight <-chan struct{}
+	// queued is set once a check queued us: leaving must then get
+	// through a slot migration (abandon).
+	queued bool
 }
 
 // grant returns the grant of a lease trusted from start for ttl, which
@@ -199,6 +202,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		}
 		notHeldAt = start
 		queuedUntil = start.Add(queueLife - backend.Drift(queueLife))
+		a.queued = true
 		if len(res) > 2 {
 			staleUpTo = max(staleUpTo, uint64(res[2]))
 		}
@@ -288,12 +292,24 @@ func (a *attempt) abandon(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	var err error
-	if a.n.ack != nil {
-		c := &call{s: a.keys.scripts().release.script, keys: a.keys.all(), args: []any{a.r.Token, a.keys.releaseArg(1)}}
-		a.n.runOnMasters(rctx, []*call{c}, false)
-		err = c.cmd.Err()
+	leave := func() error {
+		if a.n.ack != nil {
+			c := &call{s: a.keys.scripts().release.script, keys: a.keys.all(), args: []any{a.r.Token, a.keys.releaseArg(1)}}
+			a.n.runOnMasters(rctx, []*call{c}, false)
+			err = c.cmd.Err()
+		} else {
+			err = a.keys.scripts().release.script.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, a.keys.releaseArg(1)).Err()
+		}
+		return err
+	}
+	if a.queued {
+		// Left queued, we would be handed the lock at its next release,
+		// and nobody would hold it for that lease. A check refused by the
+		// migration queued nothing: a TryLock, or a wait that never
+		// queued, does not wait for the migration to end.
+		throughMigration(rctx, leave)
 	} else {
-		err = a.keys.scripts().release.script.Run(rctx, a.n.rdb, a.keys.all(), a.r.Token, a.keys.releaseArg(1)).Err()
+		_ = leave()
 	}
 	if err != nil {
 		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)

@@ -1,0 +1,42 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// While a Redis Cluster slot is being migrated (resharding), every script
+// over a lock's five names is refused with TRYAGAIN: the channel name
+// never exists as a key, so the source sends it to the destination, which
+// refuses a script whose keys it does not all have. Such a script did not
+// run. A slot's keys usually move within milliseconds; go-redis gives up
+// after a few tries within about as long.
+
+// migrationWait bounds how long a release refused with TRYAGAIN is sent
+// again. A slot left half moved (a reshard that stopped) waits for an
+// operator: the release then fails as before, and the lock is given up.
+const migrationWait = 5 * time.Second
+
+// throughMigration calls send, and calls it again while its error is
+// TRYAGAIN, backing off, until migrationWait has passed or ctx ends. A
+// release given up there would leave the lock held, renewed no more, for
+// the rest of its lease, and its waiters waiting as long.
+func throughMigration(ctx context.Context, send func() error) {
+	deadline := time.Now().Add(migrationWait)
+	backoff := 10 * time.Millisecond
+	for {
+		if err := send(); !redis.IsTryAgainError(err) || time.Now().Add(backoff).After(deadline) {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
