@@ -1687,3 +1687,45 @@ func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Lock that would wait, begun while its lock's slot is being migrated,
+// waits for the migration to end: its checks are refused with TRYAGAIN
+// (they did not run), and it checks again, as a waiter already queued
+// does, rather than fail. A TryLock, which does not wait, returns the
+// error. Permits alike.
+func TestClusterLockBegunDuringSlotMigrationWaits(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	// A Client each, to see each one's own check refused.
+	var clients [3]*Client
+	var refused [3]*replySeen
+	for i := range clients {
+		rc := cl.Client(t)
+		refused[i] = newReplySeen("TRYAGAIN")
+		rc.AddHook(refused[i])
+		clients[i] = newClientOn(t, rc)
+	}
+	const key, semKey = "resharding", "resharding}sem" // one slot
+	k := clients[0].keys(key)
+	src := masterOf(t, cc, clients[0], key)
+	var got, gotPermits <-chan lockResult
+	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
+		if _, err := clients[0].TryLock(ctx, key); !redis.IsTryAgainError(err) {
+			t.Errorf("TryLock during the migration = %v, want TRYAGAIN", err)
+		}
+		got = lockAsync(ctx, clients[1], key)
+		gotPermits = inBackground(func() (*Lock, error) { return clients[2].Semaphore(semKey, 1).Acquire(ctx, 1) })
+		testutil.Receive(t, refused[1].seen, 10*time.Second, "the Lock's check refused with TRYAGAIN")
+		testutil.Receive(t, refused[2].seen, 10*time.Second, "the Acquire's check refused with TRYAGAIN")
+	})
+	for what, ch := range map[string]<-chan lockResult{"Lock": got, "Semaphore.Acquire": gotPermits} {
+		r := testutil.Receive(t, ch, 10*time.Second, what+" to return once the migration ended")
+		if r.err != nil {
+			t.Fatalf("%s begun during the migration = %v", what, r.err)
+		}
+		if err := r.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -25,7 +25,7 @@ const migrationWait = 5 * time.Second
 // the rest of its lease, and its waiters waiting as long.
 func throughMigration(ctx context.Context, send func() error) {
 	deadline := time.Now().Add(migrationWait)
-	backoff := 10 * time.Millisecond
+	backoff := nextMigrationBackoff(0)
 	for {
 		if err := send(); !redis.IsTryAgainError(err) || time.Now().Add(backoff).After(deadline) {
 			return
@@ -37,6 +37,14 @@ func throughMigration(ctx context.Context, send func() error) {
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 200*time.Millisecond)
+		backoff = nextMigrationBackoff(backoff)
 	}
+}
+
+// nextMigrationBackoff returns the delay before sending again a call
+// refused with TRYAGAIN, after one of d (0: the first): from 10 ms,
+// doubling up to 200 ms, for a slot's keys usually move within
+// milliseconds.
+func nextMigrationBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, 10*time.Millisecond), 200*time.Millisecond)
 }

@@ -103,6 +103,9 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 	// queuedUntil is when the queue entry the last check made expires: a
 	// check that cannot reach Redis before then keeps the place.
 	var queuedUntil time.Time
+	// migrationBackoff is the delay before the next check after one
+	// refused while the lock's slot is being migrated (TRYAGAIN).
+	var migrationBackoff time.Duration
 	var wt *waiter
 	defer func() {
 		if wt != nil {
@@ -139,7 +142,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 				a.inflight = fl.done
 			}
 		}
-		if err != nil && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
+		// A check refused while the lock's slot is being migrated did not
+		// run: a caller that waits checks again, queued or not.
+		migrating := err != nil && a.r.Wait && ctx.Err() == nil && redis.IsTryAgainError(err)
+		if err != nil && !migrating && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
 			a.abandon(ctx)
@@ -152,9 +158,15 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		if err != nil {
 			// Queued, and the master out of reach for now (a failover): the
 			// place is kept while the queue entry lives, on the new master
-			// too. Check again then, or when the subscription is back.
-			a.n.log.Debug("dlock: check failed while queued", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
-			delay = min(delay, max(time.Until(queuedUntil), 0))
+			// too. Check again then, or when the subscription is back. Or
+			// the slot is being migrated: check again shortly.
+			a.n.log.Debug("dlock: check failed while waiting", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
+			if migrating {
+				migrationBackoff = nextMigrationBackoff(migrationBackoff)
+				delay = min(delay, migrationBackoff)
+			} else {
+				delay = min(delay, max(time.Until(queuedUntil), 0))
+			}
 			// WithRetry bounds the wait through failed checks too: once
 			// the strategy gives up, the check's error is the answer, as
 			// when the queue entry runs out.
