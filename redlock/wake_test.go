@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,12 +322,8 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	subscribed := func(key string) func() bool {
-		ch := lockKey(key) + ":wake"
-		return func() bool { return cl.rdbs[0].PubSubNumSub(ctx, ch).Val()[ch] == 1 }
-	}
 	go func() { _, _ = waiter.Lock(ctx, "a") }()
-	waitUntil(t, 5*time.Second, "a's subscription on node 0", subscribed("a"))
+	waitUntil(t, 5*time.Second, "a's subscription on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
 
 	slow.Store(true)
 	if err := cl.rdbs[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
@@ -335,7 +333,7 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 	// b's channel is subscribed while the dial goes on: its attempt runs
 	// on a pooled connection.
 	go func() { _, _ = waiter.Lock(ctx, "b") }()
-	waitUntil(t, 10*time.Second, "b's subscription on node 0", subscribed("b"))
+	waitUntil(t, 10*time.Second, "b's subscription on node 0", waiterSubscribed(ctx, cl.rdbs[0], 2))
 	if n := dials.Load(); n != 1 {
 		t.Errorf("node 0's pub/sub connection was dialed %d times, want 1", n)
 	}
@@ -343,12 +341,13 @@ func TestSlowPubSubRedialIsNotMadeTwice(t *testing.T) {
 
 // withPubSubDial returns a Client on cl's nodes whose node i calls before
 // ahead of each dial of a pub/sub connection, which may hold the dial
-// back or fail it (its error).
+// back or fail it (its error). Node i's connections are named
+// waiterConn.
 func withPubSubDial(t *testing.T, cl *cluster, i int, before func(ctx context.Context) error) *dlock.Client {
 	t.Helper()
 	nodes := slices.Clone(cl.nodes)
 	node := redis.NewClient(&redis.Options{
-		Addr: cl.srvs[i].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Addr: cl.srvs[i].Addr(), ClientName: waiterConn, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if pubSubDial() {
 				if err := before(ctx); err != nil {
@@ -369,6 +368,29 @@ func withPubSubDial(t *testing.T, cl *cluster, i int, before func(ctx context.Co
 	return c
 }
 
+// waiterConn names the connections of withPubSubDial's node.
+const waiterConn = "waiter"
+
+// waiterSubscribed is a condition for waitUntil: rdb's server has
+// withPubSubDial's pub/sub connection, subscribed to n channels. PUBSUB
+// NUMSUB would count other clients' subscriptions too: the holder's, left
+// to linger when its first attempt failed and it waited.
+func waiterSubscribed(ctx context.Context, rdb *redis.Client, n int) func() bool {
+	return func() bool {
+		list, err := rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(list, "\n") {
+			f := strings.Fields(line)
+			if slices.Contains(f, "name="+waiterConn) && slices.Contains(f, "sub="+strconv.Itoa(n)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // pubSubDial reports whether the goroutine dials a go-redis pub/sub
 // connection, not one of a client's pool.
 func pubSubDial() bool {
@@ -385,6 +407,14 @@ func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
 	holder := cl.locker(t)
 	l := mustLock(t, holder, "a", dlock.WithTTL(time.Minute))
 	defer l.Unlock(context.Background())
+	// Another client subscribed to a's channel on node 0, as the holder is
+	// when its first attempt failed (a node slow under load) and it
+	// waited: the waiter's subscription must be told apart from it.
+	other := cl.rdbs[0].Subscribe(context.Background(), lockKey("a")+":wake")
+	defer other.Close()
+	if _, err := other.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	// Once unreachable is set, node 0's pub/sub dials time out at once.
 	var unreachable atomic.Bool
 	var mu sync.Mutex
@@ -403,11 +433,8 @@ func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := lockKey("a") + ":wake"
 	go func() { _, _ = waiter.Lock(ctx, "a") }()
-	waitUntil(t, 5*time.Second, "a's subscription on node 0", func() bool {
-		return cl.rdbs[0].PubSubNumSub(ctx, ch).Val()[ch] == 1
-	})
+	waitUntil(t, 5*time.Second, "a's subscription on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
 	unreachable.Store(true)
 	if err := cl.rdbs[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
