@@ -36,8 +36,8 @@ func (m DegradedMode) String() string {
 	return label([]string{"fail_fast", "local_fallback"}, int(m))
 }
 
-// ErrDegraded is returned by Extend and TTL of a degraded lock: it has no
-// lease to extend or read.
+// ErrDegraded is returned by Extend, TTL and Txn of a degraded lock: it
+// has no lease to extend or read, and Redis does not hold it.
 var ErrDegraded = errors.New("dlock: degraded lock: held in this process only, Redis was unreachable")
 
 // WithDegradedMode sets what the Client does when Redis cannot be reached

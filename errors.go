@@ -41,7 +41,8 @@ var (
 	// ErrNilClient: New was given a nil Redis client.
 	ErrNilClient = errors.New("dlock: nil redis client")
 	// ErrWrongType: a key the lock needs holds a value that is not a lock
-	// (for example a string set by other code).
+	// (for example a string set by other code); from Txn, a command fn
+	// queued met a key of another type (WRONGTYPE).
 	ErrWrongType = errors.New("dlock: key holds a value of the wrong type")
 )
 
