@@ -42,7 +42,9 @@ func (l *Lock) SlotKey(suffix string) string {
 // nil), and may be called again: Txn starts over, up to 5 times in all,
 // when the key moved because the lock was renewed, extended or re-entered
 // meanwhile; then it returns an error wrapping redis.TxFailedErr, and
-// nothing was applied. As with any MULTI/EXEC, a command that fails when
+// nothing was applied. The watchdog renews every third of the lease, so
+// a lease that is not well above three times a Txn's duration (three
+// round trips and fn) can make every attempt start over. As with any MULTI/EXEC, a command that fails when
 // it runs (WRONGTYPE) does not undo the others; Txn returns its error.
 //
 // The keys fn writes must be on the lock's Redis deployment, and in its
