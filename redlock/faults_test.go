@@ -382,13 +382,14 @@ func TestHungNodesAreNodeTimeouts(t *testing.T) {
 func TestHungNodeWhileWaiting(t *testing.T) {
 	cl := startCluster(t, 5)
 	holder := cl.locker(t)
-	waiter, err := redlock.New(cl.nodes)
+	waiter, err := redlock.New(cl.waiterNodes(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// On the four nodes left too, or the waiter could take some of them
 	// and the holder could not release with node 2 hung.
 	l := lockEveryNode(t, cl, holder, "busy")
+	otherSubscriber(t, lockKey("busy")+":wake", cl.rdbs[0])
 	cl.srvs[2].Pause(t) // the waiter's pub/sub connection to it hangs
 	errc := make(chan error, 1)
 	go func() {
@@ -398,9 +399,7 @@ func TestHungNodeWhileWaiting(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
-		return cl.rdbs[0].PubSubNumSub(context.Background(), lockKey("busy")+":wake").Val()[lockKey("busy")+":wake"] == 1
-	})
+	waitUntil(t, 5*time.Second, "the waiter to subscribe", waiterSubscribed(context.Background(), cl.rdbs[0], 1))
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -600,6 +599,7 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 	}
 	defer waiter.Close()
 	l := lockEveryNode(t, cl, holder, "job")
+	otherSubscriber(t, channel, cl.rdbs...)
 	got := make(chan error, 1) // the goroutine never blocks, even after a failed test
 	go func() {
 		l2, err := waiter.Lock(ctx, "job")
@@ -608,14 +608,14 @@ func TestSubscriptionRecoversFromErrorReply(t *testing.T) {
 		}
 		got <- err
 	}()
-	numsub := func(i int) int64 { return cl.rdbs[i].PubSubNumSub(ctx, channel).Val()[channel] }
+	subscribed := func(i int) bool { return waiterSubscribed(ctx, cl.rdbs[i], 1)() }
 	waitUntil(t, 5*time.Second, "node 0 to refuse the waiter's SUBSCRIBE", func() bool { return testutil.ACLRefused(ctx, cl.rdbs[0], channel) })
-	waitUntil(t, 5*time.Second, "the waiter to subscribe on nodes 1 and 2", func() bool { return numsub(1) == 1 && numsub(2) == 1 })
+	waitUntil(t, 5*time.Second, "the waiter to subscribe on nodes 1 and 2", func() bool { return subscribed(1) && subscribed(2) })
 	if err := cl.rdbs[0].Do(ctx, "ACL", "SETUSER", "locker", "allchannels").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Retried within the longest backoff (1 s).
-	waitUntil(t, 3*time.Second, "the waiter to subscribe on node 0 once allowed", func() bool { return numsub(0) == 1 })
+	waitUntil(t, 3*time.Second, "the waiter to subscribe on node 0 once allowed", waiterSubscribed(ctx, cl.rdbs[0], 1))
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -646,6 +646,7 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 	lj := lockEveryNode(t, cl, holder, "job", dlock.WithTTL(30*time.Second))
 	lo := lockEveryNode(t, cl, holder, "other", dlock.WithTTL(30*time.Second))
 	defer func() { _ = lo.Unlock(ctx) }()
+	otherSubscriber(t, job, cl.rdbs...)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	refused := func(channel string) func() bool {
@@ -678,12 +679,12 @@ func TestSubscriptionRecoversBesideAChannelStillRefused(t *testing.T) {
 			t.Fatalf("node %d: %v", i, err)
 		}
 	}
-	numsub := func(i int) int64 { return cl.rdbs[i].PubSubNumSub(ctx, job).Val()[job] }
-	// Retried within the longest backoff (1 s).
+	// Retried within the longest backoff (1 s). The waiter's only channel
+	// a node allows is job's.
 	waitUntil(t, 5*time.Second, "the waiter to subscribe job's channel on a majority", func() bool {
 		n := 0
-		for i := range cl.rdbs {
-			if numsub(i) == 1 {
+		for _, rdb := range cl.rdbs {
+			if waiterSubscribed(ctx, rdb, 1)() {
 				n++
 			}
 		}
@@ -723,6 +724,7 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 	lj := lockEveryNode(t, cl, holder, "job", dlock.WithTTL(30*time.Second))
 	defer func() { _ = lj.Unlock(ctx) }()
 	lo := lockEveryNode(t, cl, holder, "other", dlock.WithTTL(30*time.Second))
+	otherSubscriber(t, other, cl.rdbs[0])
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wait := func(key string) <-chan error {
@@ -737,9 +739,8 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 		return got
 	}
 	gotOther := wait("other")
-	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", func() bool {
-		return cl.rdbs[0].PubSubNumSub(ctx, other).Val()[other] == 1
-	})
+	// Node 0 allows other's channel alone.
+	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
 	wait("job")
 	// How many times node 0 refused job's channel (ACL LOG counts the
 	// repeats of an entry).

@@ -114,8 +114,11 @@ func incrementUnderLock(ctx context.Context, c *dlock.Client, res *redis.Client)
 // ContextTimeoutEnabled, so that a request to a hung node ends at the
 // per-node deadline, and no retries (Redlock retries whole attempts), so
 // that a dead node fails at once with its connection error.
-func nodeClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+func nodeClient(addr string) *redis.Client { return redis.NewClient(nodeOptions(addr)) }
+
+// nodeOptions are nodeClient's options, for a test to add its own.
+func nodeOptions(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}
 }
 
 // cluster is N independent redis-server processes and a client for each.
@@ -185,6 +188,22 @@ func (c *cluster) locker(t *testing.T, opts ...dlock.Option) *dlock.Client {
 	return l
 }
 
+// waiterNodes returns a client per node whose connections are named
+// waiterConn, closed at cleanup: a Client on them is told apart from the
+// cluster's others by waiterSubscribed.
+func (c *cluster) waiterNodes(t *testing.T) []redis.UniversalClient {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	for _, srv := range c.srvs {
+		o := nodeOptions(srv.Addr())
+		o.ClientName = waiterConn
+		rdb := redis.NewClient(o)
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	return nodes
+}
+
 // patientLocker is locker with a per-node timeout of a second, for tests
 // that count how the nodes voted: with the default (lease/10, 50 ms at
 // most) a loaded machine can make a healthy node miss it.
@@ -224,7 +243,8 @@ func (c *cluster) holders(t *testing.T, key, token string) []int {
 // lockerNodes creates the user "locker" on every node, allowed every
 // command on the lock keys and the pub/sub channels channels(i) says
 // ("allchannels", "resetchannels" for none), and returns a client per node
-// logged in as that user, closed at cleanup.
+// logged in as that user, closed at cleanup. Their connections are named
+// waiterConn.
 func (c *cluster) lockerNodes(t *testing.T, channels func(i int) string) []redis.UniversalClient {
 	t.Helper()
 	var nodes []redis.UniversalClient
@@ -232,7 +252,9 @@ func (c *cluster) lockerNodes(t *testing.T, channels func(i int) string) []redis
 		if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~dlock:*", channels(i), "+@all").Err(); err != nil {
 			t.Fatal(err)
 		}
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		o := nodeOptions(srv.Addr())
+		o.Username, o.Password, o.ClientName = "locker", "pw", waiterConn
+		rdb := redis.NewClient(o)
 		t.Cleanup(func() { rdb.Close() })
 		nodes = append(nodes, rdb)
 	}

@@ -212,9 +212,15 @@ func TestMutualExclusionTwoNodesDown(t *testing.T) {
 
 func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
 	cl := startCluster(t, 5)
-	holder, waiter := cl.locker(t), cl.locker(t)
+	holder := cl.locker(t)
+	waiter, err := redlock.New(cl.waiterNodes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
 	ctx := context.Background()
 	l := mustLock(t, holder, "job") // 30 s lease: a waiter polling would show
+	otherSubscriber(t, lockKey("job")+":wake", cl.rdbs...)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		l2, err := waiter.Lock(ctx, "job")
@@ -226,8 +232,7 @@ func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
 	// The waiter subscribes on the nodes and then sleeps.
 	waitUntil(t, 5*time.Second, "the waiter to subscribe on every node", func() bool {
 		for _, rdb := range cl.rdbs {
-			n := rdb.PubSubNumSub(ctx, lockKey("job")+":wake").Val()[lockKey("job")+":wake"]
-			if n != 1 {
+			if !waiterSubscribed(ctx, rdb, 1)() {
 				return false
 			}
 		}
@@ -333,20 +338,19 @@ func TestWaitEndsWithContext(t *testing.T) {
 func TestCloseEndsWaiting(t *testing.T) {
 	cl := startCluster(t, 3)
 	holder := cl.locker(t)
-	waiter, err := redlock.New(cl.nodes)
+	waiter, err := redlock.New(cl.waiterNodes(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := mustLock(t, holder, "busy")
 	defer l.Unlock(context.Background())
+	otherSubscriber(t, lockKey("busy")+":wake", cl.rdbs[0])
 	errc := make(chan error, 1)
 	go func() {
 		_, err := waiter.Lock(context.Background(), "busy")
 		errc <- err
 	}()
-	waitUntil(t, 5*time.Second, "the waiter to subscribe", func() bool {
-		return cl.rdbs[0].PubSubNumSub(context.Background(), lockKey("busy")+":wake").Val()[lockKey("busy")+":wake"] == 1
-	})
+	waitUntil(t, 5*time.Second, "the waiter to subscribe", waiterSubscribed(context.Background(), cl.rdbs[0], 1))
 	waiter.Close()
 	select {
 	case err := <-errc:

@@ -138,8 +138,9 @@ func TestCloseBoundedByHungPubSubHandshake(t *testing.T) {
 			holder := cl.locker(t)
 			l := mustLock(t, holder, "busy")
 			defer l.Unlock(context.Background())
+			otherSubscriber(t, lockKey("busy")+":wake", cl.rdbs[2])
 			nodes := slices.Clone(cl.nodes)
-			slow := redis.NewClient(&redis.Options{Addr: cl.srvs[2].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, ReadTimeout: 30 * time.Second})
+			slow := redis.NewClient(&redis.Options{Addr: cl.srvs[2].Addr(), ClientName: waiterConn, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, ReadTimeout: 30 * time.Second})
 			t.Cleanup(func() { slow.Close() })
 			nodes[2] = slow
 			waiter, err := redlock.New(nodes)
@@ -157,10 +158,7 @@ func TestCloseBoundedByHungPubSubHandshake(t *testing.T) {
 				errc <- err
 			}()
 			if tc.redial {
-				ch := lockKey("busy") + ":wake"
-				waitUntil(t, 5*time.Second, "the subscription on the node to hang", func() bool {
-					return cl.rdbs[2].PubSubNumSub(context.Background(), ch).Val()[ch] == 1
-				})
+				waitUntil(t, 5*time.Second, "the subscription on the node to hang", waiterSubscribed(context.Background(), cl.rdbs[2], 1))
 				hung.Pause(t)
 				defer hung.Resume(t)
 			}
@@ -368,13 +366,14 @@ func withPubSubDial(t *testing.T, cl *cluster, i int, before func(ctx context.Co
 	return c
 }
 
-// waiterConn names the connections of withPubSubDial's node.
+// waiterConn names the connections of the waiting Client's nodes:
+// waiterNodes', lockerNodes', withPubSubDial's node.
 const waiterConn = "waiter"
 
-// waiterSubscribed is a condition for waitUntil: rdb's server has
-// withPubSubDial's pub/sub connection, subscribed to n channels. PUBSUB
-// NUMSUB would count other clients' subscriptions too: the holder's, left
-// to linger when its first attempt failed and it waited.
+// waiterSubscribed is a condition for waitUntil: rdb's server has a pub/sub
+// connection named waiterConn, subscribed to n channels. PUBSUB NUMSUB
+// would count other clients' subscriptions too: the holder's, left to
+// linger when its first attempt failed and it waited.
 func waiterSubscribed(ctx context.Context, rdb *redis.Client, n int) func() bool {
 	return func() bool {
 		list, err := rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
@@ -388,6 +387,20 @@ func waiterSubscribed(ctx context.Context, rdb *redis.Client, n int) func() bool
 			}
 		}
 		return false
+	}
+}
+
+// otherSubscriber subscribes channel on each of rdbs, until the test ends,
+// as the holder is when its first attempt failed (a node slow under load)
+// and it waited: the waiter's subscription must be told apart from it.
+func otherSubscriber(t *testing.T, channel string, rdbs ...*redis.Client) {
+	t.Helper()
+	for _, rdb := range rdbs {
+		ps := rdb.Subscribe(context.Background(), channel)
+		t.Cleanup(func() { ps.Close() })
+		if _, err := ps.Receive(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -407,14 +420,7 @@ func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
 	holder := cl.locker(t)
 	l := mustLock(t, holder, "a", dlock.WithTTL(time.Minute))
 	defer l.Unlock(context.Background())
-	// Another client subscribed to a's channel on node 0, as the holder is
-	// when its first attempt failed (a node slow under load) and it
-	// waited: the waiter's subscription must be told apart from it.
-	other := cl.rdbs[0].Subscribe(context.Background(), lockKey("a")+":wake")
-	defer other.Close()
-	if _, err := other.Receive(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	otherSubscriber(t, lockKey("a")+":wake", cl.rdbs[0])
 	// Once unreachable is set, node 0's pub/sub dials time out at once.
 	var unreachable atomic.Bool
 	var mu sync.Mutex
