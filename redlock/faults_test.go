@@ -738,13 +738,28 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 		}()
 		return got
 	}
-	gotOther := wait("other")
+	// How many times node 0 refused job's channel (ACL LOG counts the
+	// repeats of an entry).
+	var refusals func() int64
+	// other's waiter says how many refusals there had been when it got
+	// the lock.
+	gotOther := make(chan int64, 1)
+	go func() {
+		l, err := waiter.Lock(wctx, "other")
+		if err != nil {
+			t.Error(err)
+			gotOther <- -1
+			return
+		}
+		gotOther <- refusals()
+		if err := l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	// Node 0 allows other's channel alone.
 	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
 	wait("job")
-	// How many times node 0 refused job's channel (ACL LOG counts the
-	// repeats of an entry).
-	refusals := func() int64 {
+	refusals = func() int64 {
 		entries, _ := cl.rdbs[0].Do(ctx, "ACL", "LOG").Val().([]any)
 		for _, e := range entries {
 			if m, ok := e.(map[any]any); ok && m["object"] == job {
@@ -763,10 +778,13 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 	if err := lo.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Node 0's message wakes other's waiter in a few milliseconds; 600 ms
-	// leave room for a loaded machine, and are well short of the backoff.
-	if err := testutil.Receive(t, gotOther, 600*time.Millisecond, "other's waiter to be woken by the release"); err != nil {
-		t.Fatal(err)
+	last := refusals()
+	// Node 0's message wakes other's waiter in a few milliseconds, before
+	// job's channel is tried again (a second after the last refusal):
+	// had the connection's reads waited for that retry, the wake-up
+	// would come after another refusal.
+	if at := testutil.Receive(t, gotOther, 5*time.Second, "other's waiter to get the lock"); at > last {
+		t.Fatalf("other's waiter got the lock after %d more refusals of job's channel: woken only when the backoff was over", at-last)
 	}
 }
 
