@@ -20,6 +20,9 @@ import (
 // error wrapping its Context's cause, ErrReleased or ErrLockLost).
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
+// A waiter that gives up leaves the queue before it returns: on Redis
+// Cluster, while the lock's slot is being migrated, that can take until
+// the migration ends (up to 5 s) past ctx's end.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }

@@ -624,66 +624,6 @@ func otherMaster(cl *redistest.Cluster, src string) string {
 	return ""
 }
 
-// migrateSlot moves slot from the master at src to the one at dst by hand,
-// as redis-cli --cluster reshard does: IMPORTING on dst, MIGRATING on src,
-// MIGRATE of every key, then SETSLOT NODE everywhere. mid runs after the
-// keys moved and before the slot is reassigned: the source answers ASK
-// for them and TRYAGAIN for scripts whose keys are split.
-func migrateSlot(t *testing.T, cl *redistest.Cluster, slot int, src, dst string, mid func()) {
-	t.Helper()
-	ctx := context.Background()
-	node := func(addr string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	s, d := node(src), node(dst)
-	dstID, err := d.Do(ctx, "CLUSTER", "MYID").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srcID, err := s.Do(ctx, "CLUSTER", "MYID").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(cmd *redis.Cmd) {
-		t.Helper()
-		if err := cmd.Err(); err != nil {
-			t.Fatalf("%v: %v", cmd.Args(), err)
-		}
-	}
-	must(d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID))
-	must(s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID))
-	host, port, _ := net.SplitHostPort(dst)
-	for {
-		keys, err := s.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		must(s.Do(ctx, args...))
-	}
-	if mid != nil {
-		mid()
-	}
-	// The destination first, so that the slot is never without an owner.
-	addrs := []string{dst, src}
-	for _, a := range cl.Addrs() {
-		if a != dst && a != src {
-			addrs = append(addrs, a)
-		}
-	}
-	for _, a := range addrs {
-		must(node(a).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID))
-	}
-}
-
 func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	ctx := context.Background()
 	cc := cl.Client(t)
@@ -723,7 +663,7 @@ func testClusterSlotMigration(t *testing.T, cl *redistest.Cluster) {
 	dst := otherMaster(cl, src)
 	slot := int(cc.ClusterKeySlot(ctx, k.lock).Val())
 
-	migrateSlot(t, cl, slot, src, dst, func() {
+	cl.MigrateSlot(t, slot, src, dst, func() {
 		// The keys are on dst, the slot still belongs to src: the holder's
 		// single-key scripts follow ASK; nobody else can take the lock.
 		if err := l.Extend(ctx, 20*time.Second); err != nil {
@@ -1558,7 +1498,7 @@ func TestClusterRebindToAHungMasterDoesNotHoldBackOtherWaiters(t *testing.T) {
 	frozen := proxy.FreezeOn(func(p []byte) bool { return bytes.Contains(bytes.ToLower(p), []byte("hello")) })
 	t.Cleanup(proxy.Thaw)
 	slot := int(cc.ClusterKeySlot(ctx, c.wakeChannel(b)).Val())
-	migrateSlot(t, cl, slot, moving, hung, nil)
+	cl.MigrateSlot(t, slot, moving, hung, nil)
 	testutil.Receive(t, frozen, 10*time.Second, "b's subscription to be made on its new master")
 
 	// b's new master is silent now. a's hand-over must still wake its
@@ -1601,7 +1541,7 @@ func TestClusterUnlockDuringSlotMigration(t *testing.T) {
 	src := masterOf(t, cc, holder, key)
 	dst := otherMaster(cl, src)
 	unlocked, semUnlocked := make(chan error, 1), make(chan error, 1)
-	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
 		go func() { unlocked <- l.Unlock(ctx) }()
 		go func() { semUnlocked <- permits.Unlock(ctx) }()
 		testutil.Receive(t, lockSeen.seen, 10*time.Second, "the lock's release refused with TRYAGAIN")
@@ -1665,7 +1605,7 @@ func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
 
 	src := masterOf(t, cc, holder, key)
 	dst := otherMaster(cl, src)
-	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
 		giveUp()
 		testutil.Receive(t, leaving.seen, 10*time.Second, "the waiter's leaving refused with TRYAGAIN")
 	})
@@ -1710,7 +1650,7 @@ func TestClusterLockBegunDuringSlotMigrationWaits(t *testing.T) {
 	k := clients[0].keys(key)
 	src := masterOf(t, cc, clients[0], key)
 	var got, gotPermits <-chan lockResult
-	migrateSlot(t, cl, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
 		if _, err := clients[0].TryLock(ctx, key); !redis.IsTryAgainError(err) {
 			t.Errorf("TryLock during the migration = %v, want TRYAGAIN", err)
 		}

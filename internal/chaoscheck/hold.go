@@ -1,10 +1,10 @@
-// Package chaoscheck is what the chaos tests (the library's TestChaos and
-// TestPermitsChaos, redlock's TestRedlockChaos) share: the random lock or
-// permits traffic (Traffic), the record of each hold's verified-live
-// interval, the exclusion (or capacity) and fencing checks over those
-// records, and the classification of the errors the traffic met. Each
-// test keeps its own servers, clients and faults. Only test code imports
-// it.
+// Package chaoscheck is what the chaos tests (the library's TestChaos,
+// TestPermitsChaos and TestClusterReshardChaos, redlock's
+// TestRedlockChaos) share: the random lock or permits traffic (Traffic),
+// the record of each hold's verified-live interval, the exclusion (or
+// capacity) and fencing checks over those records, and the classification
+// of the errors the traffic met. Each test keeps its own servers, clients
+// and faults. Only test code imports it.
 package chaoscheck
 
 import "time"

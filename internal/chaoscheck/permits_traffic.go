@@ -3,6 +3,7 @@ package chaoscheck
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -15,7 +16,7 @@ import (
 func (tr *Traffic) permitsOp(id int, c *dlock.Client, r *rand.Rand) {
 	key := tr.Keys[r.IntN(len(tr.Keys))]
 	capacity := tr.Capacities[key]
-	opts := tr.lockOptions(r)
+	opts, bounded := tr.lockOptions(r)
 	ctx, cancel, limit := callCtx(r)
 	defer cancel()
 	var via string
@@ -52,6 +53,9 @@ func (tr *Traffic) permitsOp(id int, c *dlock.Client, r *rand.Rand) {
 	var err error
 	tr.timed(via, limit, func() { l, err = take(ctx, opts...) })
 	tr.checkErr(via, err)
+	if !bounded && !strings.HasPrefix(via, "try") {
+		tr.checkSentAgain(via, ctx, err)
+	}
 	if err == nil {
 		tr.holdLock(id, c, r, l, via, call, n)
 	}

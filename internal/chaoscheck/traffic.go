@@ -40,6 +40,12 @@ type Traffic struct {
 	// Guard makes holders also write through Lock.Txn, appending their
 	// fence to the list GuardLog(key) (a Client on one deployment only).
 	Guard bool
+	// SentAgain, if set, reports an error that a waiting Lock's check and
+	// a release send again for as long as their context lasts (TRYAGAIN
+	// while a Redis Cluster slot is being migrated): an Unlock, or a Lock
+	// whose wait WithRetry does not bound, that returns one with its
+	// context still live is a problem.
+	SentAgain func(error) bool
 	// Capacities, if set, makes the traffic take permits rather than
 	// locks (permitsOp): each key is a Semaphore of its capacity here, or
 	// an RWMutex if that is dlock.MaxPermits.
@@ -112,22 +118,24 @@ func (tr *Traffic) lease(r *rand.Rand) time.Duration {
 	return tr.MinLease + time.Duration(r.Int64N(int64((tr.MaxLease-tr.MinLease)/time.Millisecond)+1))*time.Millisecond
 }
 
-func (tr *Traffic) lockOptions(r *rand.Rand) []dlock.LockOption {
-	opts := []dlock.LockOption{dlock.WithTTL(tr.lease(r))}
+// lockOptions returns random Lock options, and whether they bound a wait
+// (WithRetry).
+func (tr *Traffic) lockOptions(r *rand.Rand) (opts []dlock.LockOption, bounded bool) {
+	opts = []dlock.LockOption{dlock.WithTTL(tr.lease(r))}
 	renew := r.IntN(3) != 0
 	if !renew {
 		opts = append(opts, dlock.WithoutRenewal())
 	}
 	switch r.IntN(4) {
 	case 0:
-		opts = append(opts, dlock.WithRetry(dlock.FixedRetry(time.Duration(10+r.IntN(50))*time.Millisecond, 1+r.IntN(10))))
+		opts, bounded = append(opts, dlock.WithRetry(dlock.FixedRetry(time.Duration(10+r.IntN(50))*time.Millisecond, 1+r.IntN(10)))), true
 	case 1:
-		opts = append(opts, dlock.WithRetry(dlock.ExponentialRetry(5*time.Millisecond, 100*time.Millisecond, 1+r.IntN(8))))
+		opts, bounded = append(opts, dlock.WithRetry(dlock.ExponentialRetry(5*time.Millisecond, 100*time.Millisecond, 1+r.IntN(8)))), true
 	}
 	if renew && r.IntN(5) == 0 {
 		opts = append(opts, dlock.WithMaxHold(time.Duration(50+r.IntN(500))*time.Millisecond))
 	}
-	return opts
+	return opts, bounded
 }
 
 // callCtx returns a context that may end at a random time, as a caller's,
@@ -163,7 +171,7 @@ func (tr *Traffic) checkErr(op string, err error) { tr.CheckErr(&tr.errKinds, op
 
 func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 	key := tr.Keys[r.IntN(len(tr.Keys))]
-	opts := tr.lockOptions(r)
+	opts, bounded := tr.lockOptions(r)
 	ctx, cancel, limit := callCtx(r)
 	defer cancel()
 	call := time.Now()
@@ -178,6 +186,9 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 		var err error
 		tr.timed(name, limit, func() { l, err = take(ctx, key, opts...) })
 		tr.checkErr(via, err)
+		if via == "lock" && !bounded {
+			tr.checkSentAgain(name, ctx, err)
+		}
 		if err == nil {
 			tr.holdLock(id, c, r, l, via, call, 0)
 		}
@@ -213,6 +224,9 @@ func (tr *Traffic) op(id int, c *dlock.Client, r *rand.Rand) {
 			return nil
 		}, opts...)
 		tr.checkErr("do", err)
+		if !bounded {
+			tr.checkSentAgain("Do", ctx, err)
+		}
 	}
 }
 
@@ -337,14 +351,24 @@ func (tr *Traffic) holdLock(id int, c *dlock.Client, r *rand.Rand, l *dlock.Lock
 	var err error
 	tr.timed("Unlock", limit, func() { err = l.Unlock(uctx) })
 	tr.checkErr("unlock", err)
+	tr.checkSentAgain("Unlock", uctx, err)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 		// A caller retries an Unlock that failed.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		tr.timed("Unlock retry", 3*time.Second, func() { err = l.Unlock(ctx) })
-		cancel()
 		tr.checkErr("unlock retry", err)
+		tr.checkSentAgain("Unlock retry", ctx, err)
+		cancel()
 	}
 	if err == nil && l.Context().Err() == nil {
 		tr.Problem("Context live after Unlock returned nil")
+	}
+}
+
+// checkSentAgain reports a call that returned an error it sends again
+// (SentAgain) with its context ctx still live: it gave up too soon.
+func (tr *Traffic) checkSentAgain(op string, ctx context.Context, err error) {
+	if err != nil && tr.SentAgain != nil && tr.SentAgain(err) && ctx.Err() == nil {
+		tr.Problem("%s returned %v with its context live", op, err)
 	}
 }
