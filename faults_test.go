@@ -795,3 +795,45 @@ func TestWaiterKeepsPlaceThroughBusyScript(t *testing.T) {
 		t.Fatalf("Lock after the busy script ended = %v", err)
 	}
 }
+
+// A Lock whose ctx ends while a check is on its way, and the check then
+// fails (here the connection, as a deadline cutting a read does), returns
+// an error that says the caller gave up, as when ctx ends while it waits:
+// errors.Is(err, context.Canceled) holds, beside the check's own error.
+// TryLock alike.
+func TestCheckFailingAsCtxEndsSaysCtxEnded(t *testing.T) {
+	srv := redistest.Start(t)
+	broken := errors.New("connection broken as the context ended")
+	var ctx context.Context
+	var cancel context.CancelFunc
+	var checks atomic.Int32
+	var failOn int32
+	fail := func() error {
+		if checks.Add(1) == failOn {
+			cancel()
+			return broken
+		}
+		return nil
+	}
+	// The waiter checks again every 100 ms (a third of its queue TTL).
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{acquireEval.sha: fail}}, WithQueueTTL(300*time.Millisecond))
+	holder := mustLock(t, newClientOn(t, srv.Client(t)), "k")
+	defer holder.Unlock(context.Background())
+	for _, tc := range []struct {
+		name   string
+		failOn int32 // which check fails: the waiter's first queues it
+		take   func(ctx context.Context) (*Lock, error)
+	}{
+		{"Lock", 2, func(ctx context.Context) (*Lock, error) { return c.Lock(ctx, "k") }},
+		{"TryLock", 1, func(ctx context.Context) (*Lock, error) { return c.TryLock(ctx, "k") }},
+	} {
+		ctx, cancel = context.WithCancel(context.Background())
+		checks.Store(0)
+		failOn = tc.failOn
+		_, err := tc.take(ctx)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, broken) {
+			t.Errorf("%s whose check failed as its ctx ended = %v, want both errors", tc.name, err)
+		}
+		cancel()
+	}
+}

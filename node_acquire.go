@@ -149,7 +149,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
 			a.abandon(ctx)
-			return backend.Grant{}, redisError(kindOf(a.r.Permits), a.r.Key, err)
+			return backend.Grant{}, a.checkFailed(ctx, err)
 		}
 		// The queue entry was refreshed when the check ran, not when it
 		// answered: one that waited (WithReplicaAck's WAIT, with replicas
@@ -326,6 +326,18 @@ func (a *attempt) abandon(ctx context.Context) {
 	if err != nil {
 		a.n.log.Debug("dlock: leaving the queue failed", "key", a.r.Key, "kind", kindOf(a.r.Permits), "error", err)
 	}
+}
+
+// checkFailed is the error of an attempt whose check failed with err. If
+// ctx ended meanwhile (the check was on its way, or failed because of
+// it), the caller gave up: the error wraps ctx's as well, as when ctx ends
+// while the attempt waits.
+func (a *attempt) checkFailed(ctx context.Context, err error) error {
+	rerr := redisError(kindOf(a.r.Permits), a.r.Key, err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", rerr, cerr)
+	}
+	return rerr
 }
 
 // keepPlace reports whether a queued waiter whose check failed with err
