@@ -235,12 +235,7 @@ func TestSemaphoreHandsOverToManyWaitersOfOneClient(t *testing.T) {
 	if err := rdb.SPublish(ctx, ch, "last 1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "the hand-overs to arrive", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		_, ok := w.channels[ch].early["last"]
-		return ok
-	})
+	awaitEarly(t, w, ch, "last")
 	close(gate)
 	for i, g := range got {
 		l := received(t, g, fmt.Sprintf("waiter %d (noPolling: only told of its permits)", i))

@@ -31,6 +31,18 @@ func lingeringChannel(t *testing.T, c *Client, key string) (*wakeups, string) {
 	return w, ch
 }
 
+// awaitEarly waits until the hand-over for token has reached w's channel
+// ch and is kept there for a waiter yet to register.
+func awaitEarly(t *testing.T, w *wakeups, ch, token string) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, "the hand-over to "+token+" to arrive", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.channels[ch].early[token]
+		return ok
+	})
+}
+
 // lingerOn subscribes w to ch and lets it linger, subscribed, with no
 // waiter: as after a wait just ended. A waiter whose check comes after
 // is not nudged to check again when it registers, as the first waiter of
@@ -56,12 +68,7 @@ func TestHandOverBeforeWaiterRegisters(t *testing.T) {
 	if err := rdb.SPublish(ctx, ch, "late 42").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "the hand-over to arrive", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		_, ok := w.channels[ch].early["late"]
-		return ok
-	})
+	awaitEarly(t, w, ch, "late")
 	late, err := w.subscribe(ctx, ch, "late", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -94,12 +101,7 @@ func TestHandOverDroppedBeforeWaiterRegistersNudges(t *testing.T) {
 		}
 	}
 	last := fmt.Sprintf("late%d", maxEarly)
-	waitUntil(t, 5*time.Second, "the hand-overs to arrive", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		_, ok := w.channels[ch].early[last]
-		return ok
-	})
+	awaitEarly(t, w, ch, last)
 	late, err := w.subscribe(ctx, ch, "late0", checked)
 	if err != nil {
 		t.Fatal(err)
