@@ -23,11 +23,11 @@ const (
 	// FailFast returns the error (the default): no lock without Redis.
 	FailFast DegradedMode = iota
 	// LocalFallback grants the lock in-process only when Redis cannot be
-	// reached, or answers that it cannot serve the lock for now (as while
-	// the lock's Cluster slot is being migrated), so the goroutines of one
-	// Client still take turns. It is NOT
-	// a distributed lock: other processes are not excluded at all, and
-	// nothing is fenced.
+	// reached, or answers that it cannot serve the lock for now (as a
+	// TryLock while the lock's Cluster slot is being migrated: Lock waits
+	// for the migration to end), so the goroutines of one Client still
+	// take turns. It is NOT a distributed lock: other processes are not
+	// excluded at all, and nothing is fenced.
 	LocalFallback
 )
 

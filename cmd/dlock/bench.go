@@ -95,7 +95,7 @@ func (a *app) bench(f benchFlags) error {
 	ctx, stop := interruptContext()
 	defer stop()
 	if f.private {
-		srv, err := startPrivateServer(ctx)
+		srv, err := startPrivateServer(ctx, "drop --private and point dlock at a running server with --redis URL")
 		if err != nil {
 			return startError(ctx, err, "bench")
 		}

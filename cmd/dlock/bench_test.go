@@ -59,6 +59,18 @@ func TestBenchPrivateWithRedisURLInEnvironment(t *testing.T) {
 	}
 }
 
+// bench --private with no redis-server in $PATH says how to install it,
+// and that a running server needs --private dropped: --redis with
+// --private is refused.
+func TestBenchPrivateWithoutRedisServer(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, baseEnv("PATH="+t.TempDir()), "bench", "--private").want(t, exitUnavailable)
+	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "redis-server not found in $PATH") ||
+		!strings.Contains(got[0], "install-redis.sh") || !strings.Contains(got[0], "drop --private and point dlock at a running server with --redis URL") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+}
+
 // Redis going away while the goroutines run fails each of them: bench
 // says so once, not once per goroutine, with status 69.
 func TestBenchRedisGoneSaysItOnce(t *testing.T) {

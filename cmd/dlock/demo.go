@@ -44,7 +44,7 @@ With no --redis (nor $DLOCK_REDIS_URL, --sentinel or --cluster) it starts a
 private redis-server from $PATH on a free loopback port and stops it at the
 end. On your own server it uses keys under a random demo name and deletes them.
 The exit status is 0 if every check passed, 1 if one failed, 69 if Redis
-failed meanwhile.`,
+cannot be reached or failed meanwhile, or redis-server is missing.`,
 		Example: `  dlock demo
   dlock demo --workers 8 --increments 100
   dlock demo --redis redis://localhost:6379/15`,
@@ -88,7 +88,7 @@ func (a *app) demo(f demoFlags) error {
 	}
 	where := ""
 	if !a.conn.configured() {
-		srv, err := startPrivateServer(ctx)
+		srv, err := startPrivateServer(ctx, "point dlock at a running server with --redis URL")
 		if err != nil {
 			return startError(ctx, err, "demo")
 		}
