@@ -46,6 +46,10 @@ func (l *Lock) SlotKey(suffix string) string {
 // a lease that is not well above three times a Txn's duration (three
 // round trips and fn) can make every attempt start over. As with any MULTI/EXEC, a command that fails when
 // it runs (WRONGTYPE) does not undo the others; Txn returns its error.
+// One that Redis refuses when fn queues it (READONLY from a master that a
+// failover demoted, a malformed command) makes EXEC apply nothing; the
+// error wraps EXEC's EXECABORT and that refusal (redis.IsReadOnlyError
+// tells a failover under way).
 //
 // The keys fn writes must be on the lock's Redis deployment, and in its
 // hash slot on Redis Cluster: name them with SlotKey. Commands for another
@@ -107,7 +111,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			if stop = l.live(); stop != nil {
 				return stop
 			}
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 				if stop = fn(pipe); stop == nil {
 					// Ended here while fn ran (Unlock, Close, a loss by
 					// our clock): Redis may still name this holder, so
@@ -116,6 +120,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 				}
 				return stop
 			})
+			err = withQueueRefusal(cmds, err)
 			if n.ack != nil && execRan(err) {
 				// On the EXEC's own connection: WAIT covers only its
 				// writes. The lock's grant was acknowledged; a write that
@@ -163,6 +168,30 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 	}
 }
 
+// withQueueRefusal adds to err, if it is EXECABORT, the reply that
+// refused a queued command: EXEC names no cause, and the refusal says
+// whether the server cannot take writes for now (READONLY on a master a
+// failover demoted) or the command was wrong.
+func withQueueRefusal(cmds []redis.Cmder, err error) error {
+	if !isExecAbort(err) {
+		return err
+	}
+	for _, cmd := range cmds {
+		// go-redis gives the commands that were queued EXEC's error.
+		if cerr := cmd.Err(); cerr != nil && !isExecAbort(cerr) {
+			return fmt.Errorf("%w (%w)", err, cerr)
+		}
+	}
+	return err
+}
+
+// isExecAbort reports whether err is EXEC's answer to a transaction one of
+// whose commands Redis refused when queued: nothing was applied.
+func isExecAbort(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "EXECABORT")
+}
+
 // execRan reports whether a transaction whose TxPipelined returned err was
 // applied: it succeeded, or a queued command failed when it ran (or read a
 // nil) while EXEC applied the others. Not when WATCH aborted it
@@ -173,5 +202,5 @@ func execRan(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return true
 	}
-	return errors.As(err, &re) && !errors.Is(err, redis.TxFailedErr) && !strings.HasPrefix(re.Error(), "EXECABORT")
+	return errors.As(err, &re) && !errors.Is(err, redis.TxFailedErr) && !isExecAbort(err)
 }

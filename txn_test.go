@@ -484,3 +484,31 @@ func TestTxnOfALockEndedMidwayAppliesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A Txn sent to a master demoted to a replica (a client still connected to
+// it after a failover) applies nothing, and says why: the server's READONLY
+// refusal of the queued write, which EXEC reports only as EXECABORT, is in
+// the error, as it is in every other call's on that server, so that a
+// caller can tell a failover under way from a bad command.
+func TestTxnOnADemotedMasterSaysReadOnly(t *testing.T) {
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb := master.Client(t)
+	c := newClientOn(t, rdb)
+	l := mustLock(t, c, "demoted", WithTTL(time.Minute))
+	redistest.WaitReplicaAcks(t, rdb)
+	redistest.Switchover(t, master, replica)
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, l.SlotKey("data"), "x", 0)
+		return nil
+	})
+	if !redis.IsReadOnlyError(err) {
+		t.Fatalf("Txn on a demoted master = %v, want the server's READONLY", err)
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("lost by a refused Txn: %v", context.Cause(l.Context()))
+	}
+	if replica.Client(t).Exists(ctx, l.SlotKey("data")).Val() != 0 {
+		t.Fatal("applied on a demoted master")
+	}
+}

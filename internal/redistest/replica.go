@@ -35,3 +35,28 @@ func WaitReplicaAcks(t testing.TB, rdb *redis.Client) {
 		return wait.Val() == int64(1), fmt.Sprintf("WAIT = %v, %v", wait.Val(), err)
 	})
 }
+
+// Switchover swaps the roles of master and its replica, as a failover
+// that keeps the old master running: the replica is promoted, then the old
+// master is made its replica. It returns once the old master is in sync,
+// serving the promoted one's data read-only; clients still connected to it
+// get READONLY for their writes.
+func Switchover(t testing.TB, master, replica *Server) {
+	t.Helper()
+	ctx := context.Background()
+	rc, mc := replica.Client(t), master.Client(t)
+	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatalf("redistest: promoting %s: %v", replica.Addr(), err)
+	}
+	if err := mc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(replica.Port())).Err(); err != nil {
+		t.Fatalf("redistest: demoting %s: %v", master.Addr(), err)
+	}
+	waitFor(t, 10*time.Second, master.Addr()+" to sync with "+replica.Addr(), func() (bool, string) {
+		info, err := rawInfo(master.Addr(), "replication")
+		if err != nil {
+			return false, err.Error()
+		}
+		st := infoField(info, "master_link_status")
+		return st == "up", "master_link_status=" + st
+	})
+}
