@@ -115,7 +115,10 @@ type ReplicaReport struct {
 // since go-redis then also cuts it at the 5 s deadline of a renewal.
 // Releases (and force releases) are waited for and reported too, but never
 // fail: a release the replicas missed can only keep the lock unavailable
-// until its lease ends.
+// until its lease ends. A re-entry (Lock or TryLock with a held
+// lock's Context) is not waited for: the grant it re-enters was, and a
+// count a failover lost matters only to releases, which set the count
+// rather than lower it.
 // The default is off: no waiting.
 //
 // It applies to a Client made by New; a Redlock Client ignores it.
