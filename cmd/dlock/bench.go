@@ -15,6 +15,10 @@ import (
 // goroutine or worker.
 const benchSpareConns = 10
 
+// minBenchDuration is the shortest --duration: enough for some pairs and
+// hand-overs on any Redis worth measuring.
+const minBenchDuration = 100 * time.Millisecond
+
 // benchFlags are the flags of `dlock bench`.
 type benchFlags struct {
 	goroutines int
@@ -70,10 +74,16 @@ of the dlock repository.`,
 				// Each needs a connection, and go-redis panics on a pool
 				// larger than an int32.
 				return usagef("--goroutines %d and --workers %d: at most %d", f.goroutines, f.workers, math.MaxInt32-benchSpareConns)
-			case f.duration <= 0:
-				return usagef("--duration %v: must be positive", f.duration)
+			case f.duration < minBenchDuration:
+				// Shorter, a scenario ends before its first pair or
+				// hand-over, and the figures are zeros.
+				return usagef("--duration %v: at least %v", f.duration, minBenchDuration)
 			case f.hold < 0:
 				return usagef("--hold %v: must not be negative", f.hold)
+			case f.workers > 0 && f.hold >= f.duration:
+				// Else the first holder outlasts the run, which then lasts
+				// the hold and measures no hand-over.
+				return usagef("--hold %v: must be shorter than --duration %v", f.hold, f.duration)
 			case f.private && (a.conn.url != "" || len(a.conn.cluster) > 0 || a.conn.sentinelMaster != ""):
 				// Flags only: --private overrides $DLOCK_REDIS_URL.
 				return usagef("--private starts its own server: drop --redis, --sentinel and --cluster")
@@ -85,7 +95,7 @@ of the dlock repository.`,
 	fs.IntVar(&f.goroutines, "goroutines", 32, "uncontended: goroutines, each on its own key (0 skips)")
 	fs.IntVar(&f.workers, "workers", 16, "contended: workers on one key (0 skips)")
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "contended: time spent holding the lock")
-	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long each scenario runs")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long each scenario runs (at least 100ms)")
 	fs.BoolVar(&f.private, "private", false, "start a private redis-server from $PATH for the run")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON")
 	return cmd

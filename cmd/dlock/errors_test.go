@@ -74,6 +74,8 @@ func TestBadInput(t *testing.T) {
 		{"meta not UTF-8, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", "job \xff", "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata is not valid UTF-8"},
 		{"longest meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1024), "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
 		{"bench past the connection pool's size, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--goroutines", "3000000000"}, exitUsage, "--goroutines 3000000000 and --workers 16: at most 2147483637"},
+		{"bench shorter than measurable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--duration", "1ns"}, exitUsage, "--duration 1ns: at least 100ms"},
+		{"bench hold past its duration", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--hold", "2s", "--duration", "1s"}, exitUsage, "--hold 2s: must be shorter than --duration 1s"},
 		{"open class in list pattern, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "list", "a["}, exitUsage, `list pattern "a[" leaves a character class open`},
 		{"permits' release without --owner, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "release", "--force", "--capacity", "3", "k"}, exitUsage, "needs --owner TOKEN"},
 		{"max hold and grace past the longest duration", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--max-hold", "2562047h", "--grace", "2562047h", "k", "--", "echo", "ran"}, exitUsage, "--max-hold 2562047h0m0s with --grace 2562047h0m0s: too long"},
