@@ -59,6 +59,12 @@ var ErrDegraded = errors.New("dlock: degraded lock: held in this process only, R
 // goroutine; it stays degraded until unlocked or lost, even if Redis comes
 // back. LocalFallback turns WithLocalQueue on, so that a degraded Lock
 // and a Lock taken from Redis by the same Client never overlap.
+//
+// With Redlock, the nodes count as unreachable only when too few of them
+// answered (redlock.ErrNoQuorum) and every one that failed was down, hung
+// or cannot serve for now: if a node says that another owner holds the
+// lock, or answers with an error that will not pass (NOPERM, WRONGTYPE),
+// Lock returns the error whatever the other nodes did.
 func WithDegradedMode(m DegradedMode) Option {
 	return func(c *clientConfig) { c.ext.degraded = m }
 }
@@ -128,6 +134,17 @@ func unreachable(ctx context.Context, err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// unreachable is the function unreachable, asking the backend first: a
+// Redlock error is judged by all of its nodes' votes (backend.Reacher).
+func (c *Client) unreachable(ctx context.Context, err error) bool {
+	if r, ok := c.be.(backend.Reacher); ok && err != nil && !ended(ctx) {
+		if u, known := r.Unreachable(err, func(e error) bool { return unreachable(ctx, e) }); known {
+			return u
+		}
+	}
+	return unreachable(ctx, err)
 }
 
 // ended reports whether ctx has ended or its deadline has passed: a

@@ -76,3 +76,17 @@ func serverCannotServe(err error) bool {
 	}
 	return false
 }
+
+// refusedUnrun reports whether err is only a Redis server's answer that it
+// cannot serve the command for now (serverCannotServe): the command did
+// not run, or its script stopped at its first write, with nothing written.
+// Not an error with several causes (Redlock's, one per node): a node may
+// have run it.
+func refusedUnrun(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if re, ok := err.(redis.Error); ok {
+			return serverCannotServe(re)
+		}
+	}
+	return false
+}

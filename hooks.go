@@ -141,7 +141,7 @@ var errAcquirePanicked = errors.New("acquisition panicked")
 // acquireFailed handles an acquisition the backend refused with err: in
 // the degraded mode an unreachable Redis still gets an in-process lock.
 func (c *Client) acquireFailed(ctx, actx context.Context, x *holdExtra, req *backend.Request, cfg *lockConfig, err error) (*Lock, error) {
-	if x != nil && x.local != nil && c.ext.degraded == LocalFallback && unreachable(ctx, err) {
+	if x != nil && x.local != nil && c.ext.degraded == LocalFallback && c.unreachable(ctx, err) {
 		return c.degrade(ctx, actx, x, req, cfg, err)
 	}
 	c.acquireEnd(actx, x, req, nil, err)

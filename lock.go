@@ -214,7 +214,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // the lock's slot is being migrated (TRYAGAIN) did not run: it is sent
 // again until the migration ends, for up to 5 s, as ctx allows. Calling
 // Unlock again after an error is safe: it never releases more than this
-// Lock's own hold.
+// Lock's own hold. After a release that was not sent, or that Redis
+// refused (TRYAGAIN past that wait, READONLY: it did not run), Unlock
+// again releases the lock if its lease has not run out, and else returns
+// an error wrapping ErrNotHeld and ErrLockLost.
 //
 // An inner Unlock waits for a re-entry or another inner Unlock of the same
 // lock under way; if ctx ends first, it returns ctx's error and gives
@@ -257,9 +260,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	wasLive := l.h.ctx.Err() == nil
 	// Released, not lost: by an outer Lock's Unlock, or by our own earlier
 	// try whose reply was lost (a renewal found it gone meanwhile, or the
-	// hold was given up when that try failed).
+	// hold was given up when that try failed). Not by our own try that was
+	// never sent or that Redis refused: then the lease ran out.
 	cause := context.Cause(l.h.ctx)
-	wasReleased := errors.Is(cause, ErrReleased) || errors.Is(cause, errReleaseFailed)
+	wasReleased := errors.Is(cause, ErrReleased) || errors.Is(cause, errReleaseFailed) && (l.unsure || l.level > 1)
 	// The Observer first: if it panics, the hold is as it was, not marked
 	// as being released.
 	rctx := l.c.releaseStart(ctx, l.h, l.level) // hooks.go
@@ -311,7 +315,7 @@ var errReleasePanicked = errors.New("release panicked")
 // the hold before the release was sent.
 func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_, lost error) {
 	if err != nil {
-		if !errors.As(err, new(notSentError)) {
+		if !errors.As(err, new(notSentError)) && !refusedUnrun(err) {
 			l.unsure = true // the release may have run
 		}
 		if l.level == 1 && l.c.dog.remove(l.h) {

@@ -364,6 +364,34 @@ func TestUnlockRetryAfterLostReply(t *testing.T) {
 	}
 }
 
+// A release that Redis refused (the server is a replica now: READONLY) did
+// not run. Once the lease it left behind has run out, Unlock again finds
+// the lock gone and reports it lost, not nil as after a release that may
+// have run.
+func TestUnlockAgainAfterRefusedRelease(t *testing.T) {
+	srv, gone := redistest.Start(t), redistest.Start(t)
+	gone.Stop(t) // a master that never answers: the replica keeps its data
+	rdb := failFastClient(t, srv)
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+	l := mustLock(t, c, "job", WithTTL(time.Second))
+	if err := rdb.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(gone.Port())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("Unlock on a replica = %v, want its READONLY answer", err)
+	}
+	waitUntil(t, 5*time.Second, "the lease to run out", func() bool {
+		return rdb.Exists(ctx, c.keys("job").lock).Val() == 0
+	})
+	if err := rdb.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil { // a master again: the release runs
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock again after the lease ran out = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+}
+
 // A release wakes its waiter by the hand-over message, however the server
 // lets dlock publish it: the waiter's subscription must match what the
 // release script manages to send.

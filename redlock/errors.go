@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Errors of this package; the rest are dlock's (dlock.ErrNotObtained and
@@ -12,7 +14,10 @@ var (
 	// ErrNoQuorum: too few nodes answered to decide: a majority of them
 	// failed or did not answer within the per-node timeout. Lock returns it
 	// (in an *Error) instead of dlock.ErrNotObtained when the lock may be
-	// free but a majority cannot be reached.
+	// free but a majority cannot be reached. dlock's degraded mode
+	// (LocalFallback) takes it for Redis unreachable only if no node said
+	// the lock is held elsewhere and every node's error is one of a node
+	// down, hung or unable to serve for now (not NOPERM, say).
 	ErrNoQuorum = errors.New("redlock: no majority of nodes answered")
 	// ErrNodeTimeout is the error of a node that did not answer within the
 	// per-node timeout, in an *Error's Nodes. It is a net.Error whose
@@ -96,3 +101,27 @@ func (e *NodeError) Error() string {
 
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
+
+var _ backend.Reacher = (*redlock)(nil)
+
+// Unreachable tells dlock's degraded mode whether an acquisition failed
+// because the nodes could not be reached: only an ErrNoQuorum with no node
+// saying that the lock is held elsewhere and every node's error one of an
+// unreachable node (cause: down, hung, or cannot serve for now). A node
+// that answered with an error that will not pass (NOPERM, WRONGTYPE) is a
+// configuration error the caller must see, not a reason to lock in-process.
+func (b *redlock) Unreachable(err error, cause func(error) bool) (bool, bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Op != "lock" {
+		return false, false
+	}
+	if e.kind != ErrNoQuorum || e.Refused > 0 {
+		return false, true
+	}
+	for _, ne := range e.Nodes {
+		if ne != nil && !cause(ne) {
+			return false, true
+		}
+	}
+	return true, true
+}

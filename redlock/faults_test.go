@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -443,6 +444,93 @@ func TestDegradedModeWithoutMajority(t *testing.T) {
 				t.Errorf("lock not degraded")
 			}
 			_ = l.Unlock(ctx)
+		})
+	}
+}
+
+// WithDegradedMode(LocalFallback) degrades only when a majority could not
+// be reached: nodes down, hung, or answering that they cannot serve for now
+// (OOM). A node that answers with an error that will not pass (NOPERM: its
+// ACL user may not run scripts) or says that another owner holds the lock
+// rules the in-process lock out, whatever the order of the nodes; the error
+// names every cause.
+func TestDegradedModeOnlyWhenUnreachable(t *testing.T) {
+	const (
+		dead = iota
+		hung
+		oom
+		noperm
+		held // another owner holds the lock there
+		fine
+	)
+	for _, tc := range []struct {
+		name     string
+		nodes    [5]int
+		degraded bool
+		want     []error
+	}{
+		{"dead and NOPERM", [5]int{dead, dead, noperm, fine, fine}, false, []error{syscall.ECONNREFUSED}},
+		{"hung and NOPERM", [5]int{hung, hung, noperm, fine, fine}, false, []error{redlock.ErrNodeTimeout}},
+		{"OOM before NOPERM", [5]int{oom, hung, noperm, fine, fine}, false, []error{redlock.ErrNodeTimeout}},
+		{"hung and held elsewhere", [5]int{hung, hung, hung, held, held}, false, []error{redlock.ErrNodeTimeout}},
+		{"dead, hung and OOM", [5]int{dead, hung, oom, fine, fine}, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := startCluster(t, 5)
+			ctx := context.Background()
+			nodes := cl.lockerNodes(t, func(int) string { return "allchannels" })
+			c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second}, dlock.WithDegradedMode(dlock.LocalFallback))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			mustLock(t, c, "warm").Unlock(ctx) // connected to every node
+			if slices.Contains(tc.nodes[:], held) {
+				lockEveryNode(t, cl, cl.locker(t), "job")
+			}
+			for i, s := range tc.nodes {
+				admin := cl.srvs[i].Client(t)
+				switch s {
+				case dead:
+					cl.srvs[i].Kill(t)
+				case hung:
+					cl.srvs[i].Pause(t)
+				case oom:
+					if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+						t.Fatal(err)
+					}
+				case noperm:
+					if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "-@scripting").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			l, err := c.TryLock(ctx, "job")
+			if tc.degraded {
+				if err != nil || !l.Degraded() {
+					t.Fatalf("TryLock = %v, %v; want a degraded lock", l, err)
+				}
+				_ = l.Unlock(ctx)
+				return
+			}
+			if err == nil {
+				t.Fatalf("TryLock = a lock (degraded: %v); want ErrNoQuorum", l.Degraded())
+			}
+			for _, e := range append(tc.want, redlock.ErrNoQuorum) {
+				if !errors.Is(err, e) {
+					t.Errorf("TryLock = %v; want it to match %v", err, e)
+				}
+			}
+			var re *redlock.Error
+			if !errors.As(err, &re) {
+				t.Fatalf("TryLock = %v, want a *redlock.Error", err)
+			}
+			for i, s := range tc.nodes {
+				var rerr redis.Error
+				if nope := errors.As(re.Nodes[i], &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM"); nope != (s == noperm) {
+					t.Errorf("node %d: error %v", i, re.Nodes[i])
+				}
+			}
 		})
 	}
 }
