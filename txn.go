@@ -12,8 +12,9 @@ import (
 )
 
 // maxTxnAttempts bounds how often Txn starts over because the lock's key
-// changed between its check and EXEC: a renewal, an Extend or a re-entry
-// of the lock moves the key too, and WATCH cannot tell that from a loss.
+// changed between its check and EXEC: an Extend, a re-entry or a renewal
+// (of a Txn too long to wait for, renewAt) of the lock moves the key too,
+// and WATCH cannot tell that from a loss.
 const maxTxnAttempts = 5
 
 // errTxnNotRun is Txn's error when the client's Watch returned without
@@ -39,14 +40,17 @@ func (l *Lock) SlotKey(suffix string) string {
 // with WithReplicaAck).
 //
 // fn only queues commands (their replies are filled in when Txn returns
-// nil), and may be called again: Txn starts over, up to 5 times in all,
-// when the key moved because the lock was renewed, extended or re-entered
-// meanwhile; then it returns an error wrapping redis.TxFailedErr, and
-// nothing was applied. The watchdog renews every third of the lease, so
-// a lease that is not well above three times a Txn's duration (three
-// round trips and fn) can make every attempt start over. As with any MULTI/EXEC, a command that fails when
-// it runs (WRONGTYPE) does not undo the others; Txn returns its error.
-// One that Redis refuses when fn queues it (READONLY from a master that a
+// nil), and may be called again: Txn starts over when the key moved
+// because the lock was extended, re-entered or renewed meanwhile, up to 5
+// attempts in all; then it returns an error wrapping redis.TxFailedErr,
+// and nothing was applied. The watchdog's renewals keep out of a Txn's way: a
+// renewal due within a sixth of the lease goes before the Txn begins, and
+// the next one waits for it to end, so a Txn shorter than half the lease
+// (three round trips and fn) is not made to start over by a renewal. The
+// renewal waits only until a third of the lease is left: a Txn longer
+// than that starts over rather than let the lease run out. As with any
+// MULTI/EXEC, a command that fails when it runs (WRONGTYPE) does not undo
+// the others; Txn returns its error. One that Redis refuses when fn queues it (READONLY from a master that a
 // failover demoted, a malformed command) makes EXEC apply nothing; the
 // error wraps EXEC's EXECABORT and that refusal (redis.IsReadOnlyError
 // tells a failover under way).
@@ -88,6 +92,15 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 	if k.permits != nil {
 		return fmt.Errorf("%w: Txn applies to locks, not to a %s's permits", ErrInvalidOption, k.permits.Kind)
 	}
+	// The watchdog's renewal moves the key WATCHed below: it waits for
+	// the Txn, within the bounds that keep the lease (hold.renewAt).
+	if err := l.c.dog.txnBegin(ctx, l.h); err != nil {
+		if lerr := l.live(); lerr != nil {
+			return lerr
+		}
+		return redisError("txn", l.Key(), err)
+	}
+	defer l.c.dog.txnEnd(l.h)
 	for attempt := 1; ; attempt++ {
 		checked, held := false, false
 		var stop error // fn's error, or the Lock's end: returned as it is

@@ -512,3 +512,92 @@ func TestTxnOnADemotedMasterSaysReadOnly(t *testing.T) {
 		t.Fatal("applied on a demoted master")
 	}
 }
+
+// slowCommand is a go-redis hook that holds every command named name back
+// by d before sending it: a slow path on that command alone.
+type slowCommand struct {
+	testutil.PassHook
+	name string
+	d    time.Duration
+}
+
+func (h slowCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// The watchdog renews a lock every third of its lease, and a renewal moves
+// the key Txn WATCHes. A Txn whose check alone takes longer than that (a
+// slow path to Redis), but less than half the lease, applies at its first
+// try on a lock held throughout: a renewal due goes before it, the next
+// waits for it, and the lease stays trusted meanwhile.
+func TestTxnSlowerThanTheRenewalInterval(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	c := newClientOn(t, hooked)
+	const ttl = 600 * time.Millisecond
+	l := mustLock(t, c, "slow", WithTTL(ttl))
+	defer l.Unlock(ctx)
+	hooked.AddHook(slowCommand{name: "hexists", d: ttl * 5 / 12})
+	const txns = 3
+	for i := range txns {
+		calls := 0
+		err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			calls++
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Txn %d = %v after %d calls of fn, on a lock held throughout (its Context: %v)", i+1, err, calls, context.Cause(l.Context()))
+		}
+		if calls != 1 {
+			t.Errorf("Txn %d called fn %d times, want 1: a renewal moved the key meanwhile", i+1, calls)
+		}
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != strconv.Itoa(txns) {
+		t.Fatalf("counter = %q, want %d", n, txns)
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("lock lost: %v", context.Cause(l.Context()))
+	}
+}
+
+// A Txn that hangs (its check held back past the whole lease) does not let
+// the lease run out: the renewal waits for a Txn only until a third of the
+// lease is left. The Txn then starts over, the key having moved, and
+// applies.
+func TestTxnHungPastTheLeaseKeepsTheLock(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	c := newClientOn(t, hooked)
+	const ttl = 300 * time.Millisecond
+	l := mustLock(t, c, "hung", WithTTL(ttl))
+	defer l.Unlock(ctx)
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { time.Sleep(2 * ttl) }})
+	calls := 0
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, l.SlotKey("n"))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Txn = %v (its Context: %v)", err, context.Cause(l.Context()))
+	}
+	if calls < 2 {
+		t.Fatalf("fn called %d times: the key did not move while the check hung, so the lease was not renewed", calls)
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("lock lost: %v", context.Cause(l.Context()))
+	}
+}

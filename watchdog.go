@@ -41,6 +41,7 @@ type hold struct {
 	slack      time.Duration // how early a renewal may go to share a round trip
 	trusted    time.Duration // the lease last trusted (trust): a hand-over's is shorter than ttl
 	busy       bool          // a renewal or an Extend is in flight
+	txns       int           // Txns under way (txnBegin): the renewal waits for them (renewAt)
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
 	handing    bool          // watched, its grant not reported yet (handOut)
@@ -163,32 +164,75 @@ func (w *watchdog) drop(h *hold) {
 // claim waits until no renewal of h is under way and marks h busy, so that
 // no renewal starts until extended: an Extend and a renewal must not race,
 // since whichever ran last in Redis sets the lease, but the reply read last
-// would set the deadline. It fails with h's cause once h has ended (lost,
-// closed or released), while it waits too: an Extend of a lock nobody
-// holds any more must not reset its lease in Redis.
+// would set the deadline. It fails as awaitIdle does: an Extend of a lock
+// nobody holds any more must not reset its lease in Redis.
 func (w *watchdog) claim(ctx context.Context, h *hold) error {
 	w.mu.Lock()
-	for h.busy && h.ctx.Err() == nil {
+	defer w.mu.Unlock()
+	if err := w.awaitIdle(ctx, h, false); err != nil {
+		return err
+	}
+	h.busy = true
+	return nil
+}
+
+// awaitIdle waits until no renewal or Extend of h is under way, nor, with
+// due, a renewal due now (it pokes the loop to send it). It fails with
+// ctx's error, or with h's cause once h has ended (lost, closed or
+// released), while it waits too. Called with mu held, which it lets go of
+// while it waits.
+func (w *watchdog) awaitIdle(ctx context.Context, h *hold, due bool) error {
+	for h.ctx.Err() == nil {
+		if !h.busy && !(due && h.renewDue(time.Now())) {
+			return nil
+		}
+		if !h.busy {
+			w.poke()
+		}
 		if h.idle == nil {
 			h.idle = make(chan struct{})
 		}
 		idle := h.idle
 		w.mu.Unlock()
+		var err error
 		select {
 		case <-idle:
 		case <-h.ctx.Done():
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
 		}
 		w.mu.Lock()
+		if err != nil {
+			return err
+		}
 	}
-	if h.ctx.Err() != nil {
-		w.mu.Unlock()
-		return context.Cause(h.ctx)
+	return context.Cause(h.ctx)
+}
+
+// txnBegin records that a Txn of h is under way, once a renewal or an
+// Extend on its way, or a renewal due now, has been answered: either moves
+// the key the Txn WATCHes. From then on h's renewal waits for txnEnd
+// (renewAt). It fails as awaitIdle does, and then records nothing.
+func (w *watchdog) txnBegin(ctx context.Context, h *hold) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.awaitIdle(ctx, h, true); err != nil {
+		return err
 	}
-	h.busy = true
-	w.mu.Unlock()
+	h.txns++
 	return nil
+}
+
+// txnEnd records that a Txn of h has ended: a renewal it held back goes
+// now.
+func (w *watchdog) txnEnd(h *hold) {
+	w.mu.Lock()
+	h.txns--
+	poke := h.txns == 0 && (w.wakeAt.IsZero() || w.nextEvent(h).Before(w.wakeAt))
+	w.mu.Unlock()
+	if poke {
+		w.poke()
+	}
 }
 
 // extending records that an Extend to ttl is sent at start (after
@@ -398,10 +442,36 @@ func (w *watchdog) end(h *hold, cause error) {
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
 func (w *watchdog) nextEvent(h *hold) time.Time {
-	if h.renew && !h.busy && h.nextRenew.Before(h.deadline) {
-		return h.nextRenew
+	if at, _ := h.renewAt(); h.renew && !h.busy && at.Before(h.deadline) {
+		return at
 	}
 	return h.deadline
+}
+
+// renewDue reports whether the loop renews h at now. Called with mu held.
+func (h *hold) renewDue(now time.Time) bool {
+	at, slack := h.renewAt()
+	return h.renew && !h.busy && !now.Before(at.Add(-slack))
+}
+
+// renewAt returns when h's renewal is due, and how much earlier it may go
+// to share a round trip with others. Called with mu held.
+//
+// A renewal moves the key a Txn of h WATCHes, and the Txn then starts
+// over, so while one is under way the renewal waits for it (txnEnd pokes
+// the loop), and is not pulled forward into it. Invariant: a Txn never
+// puts h's renewal off past the instant a third of its trusted lease is
+// left, nor past nextRenew if that is later (a renewal that failed keeps
+// its retries): a Txn that hangs leaves the renewal that much time to be
+// answered, or retried, before the deadline.
+func (h *hold) renewAt() (at time.Time, slack time.Duration) {
+	if h.txns == 0 {
+		return h.nextRenew, h.slack
+	}
+	if last := h.deadline.Add(-h.trusted / 3); last.After(h.nextRenew) {
+		return last, 0
+	}
+	return h.nextRenew, 0
 }
 
 func (w *watchdog) run() {
@@ -506,9 +576,13 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 		}
 		// Renew up to a sixth of the trusted lease early so that locks
 		// taken at about the same time share one round trip.
-		if h.renew && !h.busy && !now.Before(h.nextRenew.Add(-h.slack)) {
+		if h.renewDue(now) {
 			h.busy = true
 			due = append(due, h)
+		} else if !h.busy && h.idle != nil {
+			// Not renewed after all (WithMaxHold, or not due by this
+			// scan's clock): a Txn waiting for the renewal looks again.
+			w.finish(h)
 		}
 		if e := w.nextEvent(h); e.Before(next) {
 			next = e
