@@ -42,6 +42,10 @@ import (
 // process may stall (long GC pauses, a swapping host): a hold that runs
 // past its adaptive lease loses the lock (its Context is cancelled at the
 // deadline), and that overrun, once recorded, only lengthens later leases.
+// Under contention the margin must also cover a waiter's wake-up: told of
+// the hand-over by message, it trusts the lease from its last check before
+// it (it checks every third of the lease), a gap its hold time leaves out,
+// so with a margin under 1.5 such holds often lose the lock early.
 func WithAdaptiveTTL(margin float64, max time.Duration) LockOption {
 	return func(c *lockConfig) { c.ext.adaptive = &adaptiveConfig{margin: margin, max: max} }
 }

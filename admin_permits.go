@@ -85,7 +85,8 @@ func (s *Semaphore) Inspect(ctx context.Context) (*SemaphoreInfo, error) {
 // PermitsInfo.Owner that Inspect read), for an operator clearing a stuck
 // holder, and hands them to the waiters first in line as that holder's
 // Unlock would. The holder is not told until its next renewal, which
-// cancels its Lock's Context with ErrLockLost. It returns an error
+// cancels its Lock's Context with ErrLockLost (one WithoutRenewal: until
+// its next Extend, TTL or Unlock, or its lease's end). It returns an error
 // wrapping ErrNotHeld if token holds no permits (released, lease run out,
 // or never granted), ErrWrongType if other data than a semaphore's is at
 // its name, ErrInvalidOption if token is not a token, and

@@ -9,7 +9,10 @@ import "context"
 // a writer waiting holds back the readers that come after it: a steady
 // stream of readers cannot starve writers. The Locks it returns are not
 // reentrant: a reader that takes the read lock again while a writer waits
-// deadlocks, as with sync.RWMutex.
+// deadlocks, as with sync.RWMutex. Nor is a lock upgraded or downgraded: a
+// reader that calls Lock, or the writer that calls RLock, waits for its
+// own lock to be given back, until its ctx ends; Unlock first (another
+// holder may come in between).
 type RWMutex struct {
 	s Semaphore
 }

@@ -518,6 +518,40 @@ func TestRWMutex(t *testing.T) {
 	_ = r.Unlock(ctx)
 }
 
+// TestRWMutexNoUpgradeOrDowngrade: the holder of the read lock asking for
+// the write lock, or the writer for the read lock, waits for itself: its
+// ctx ends the wait, leaving its lock held and nothing queued.
+func TestRWMutexNoUpgradeOrDowngrade(t *testing.T) {
+	c, rdb, _ := newTestClient(t, noPolling)
+	ctx := context.Background()
+	m := c.RWMutex("doc")
+	for _, tc := range []struct {
+		name        string
+		hold, again func(context.Context, ...LockOption) (*Lock, error)
+	}{
+		{"upgrade", m.RLock, m.Lock},
+		{"downgrade", m.Lock, m.RLock},
+	} {
+		held, err := tc.hold(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(held.Context(), 100*time.Millisecond)
+		_, err = tc.again(wctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: %v, want the wait to end with its ctx", tc.name, err)
+		}
+		if held.Context().Err() != nil {
+			t.Fatalf("%s: the lock held ended: %v", tc.name, context.Cause(held.Context()))
+		}
+		waitSemQueued(t, rdb, &m.s, 0)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // As TestWaiterFailingOnWrongTypeLeavesTheQueue, for permits: a waiter
 // whose check finds a string at the holders' name fails, and must leave
 // no queue entry behind, which would be handed permits held by nobody once
