@@ -169,8 +169,12 @@ func (degradedBackend) Acquire(context.Context, backend.Request) (backend.Grant,
 	return backend.Grant{}, ErrDegraded
 }
 
-func (degradedBackend) Renew(_ context.Context, rs []backend.Renewal) []backend.Outcome {
-	return make([]backend.Outcome, len(rs))
+func (degradedBackend) Renew(_ context.Context, rs []backend.Renewal) []backend.Renewed {
+	out := make([]backend.Renewed, len(rs))
+	for i := range out {
+		out[i].Err = ErrDegraded
+	}
+	return out
 }
 
 func (degradedBackend) Extend(context.Context, *backend.Lease, time.Duration) (backend.Outcome, error) {

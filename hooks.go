@@ -275,7 +275,7 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 }
 
 // renewed reports a batch of renewals of the watchdog.
-func (c *Client) renewed(due []*hold, outcomes []backend.Outcome) {
+func (c *Client) renewed(due []*hold, outcomes []backend.Renewed) {
 	if c.ext.obs == nil {
 		return
 	}
@@ -286,8 +286,8 @@ func (c *Client) renewed(due []*hold, outcomes []backend.Outcome) {
 			// answer says nothing.
 			continue
 		}
-		e := RenewEvent{Key: h.lease.Key, Kind: h.kind}
-		switch outcomes[i] {
+		e := RenewEvent{Key: h.lease.Key, Kind: h.kind, Err: outcomes[i].Err}
+		switch outcomes[i].Outcome {
 		case backend.Held:
 			e.Outcome = RenewOK
 		case backend.NotHeld:

@@ -37,7 +37,7 @@ func newNode(rdb redis.UniversalClient, s backend.Settings) *node {
 func leaseKeys(l *backend.Lease) *lockKeys { return l.Data.(*lockKeys) }
 
 // Renew resets all the leases in one pipelined round trip.
-func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewed {
 	if n.ack != nil {
 		return n.renewAcked(ctx, rs)
 	}
@@ -62,11 +62,11 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcom
 	if again != nil {
 		_, _ = again.Exec(ctx)
 	}
-	out := make([]backend.Outcome, len(rs))
+	out := make([]backend.Renewed, len(rs))
 	reloaded := false
 	for i, cmd := range cmds {
-		out[i] = outcome(cmd.Int64())
-		if out[i] == backend.Unknown && !reloaded {
+		out[i] = renewed(cmd.Int64())
+		if out[i].Outcome == backend.Unknown && !reloaded {
 			reloaded = reloadSlots(ctx, n.rdb, cmd.Err()) // once per batch
 		}
 	}
@@ -176,6 +176,16 @@ func outcome(n int64, err error) backend.Outcome {
 	default:
 		return backend.NotHeld
 	}
+}
+
+// renewed reads the reply of a renewal's extend.lua: its outcome, and
+// its error if that leaves the outcome Unknown.
+func renewed(v int64, err error) backend.Renewed {
+	o := outcome(v, err)
+	if o != backend.Unknown {
+		err = nil
+	}
+	return backend.Renewed{Outcome: o, Err: err}
 }
 
 // Extend resets one lease.

@@ -115,6 +115,7 @@ type RenewEvent struct {
 	Key     string       // the lock's name
 	Kind    string       // what Key names: "lock", or "semaphore" or "rwmutex" (permits)
 	Outcome RenewOutcome // how it ended
+	Err     error        // why, for RenewNoAnswer: no answer in time, an error reply, too few replicas
 }
 
 // LostEvent describes a lock lost while held.
@@ -166,7 +167,7 @@ type RenewOutcome uint8
 const (
 	RenewOK       RenewOutcome = iota // the lease was reset
 	RenewNotHeld                      // the lock was not held any more: it is lost
-	RenewNoAnswer                     // Redis did not answer; the watchdog tries again until the lease runs out
+	RenewNoAnswer                     // Redis did not answer, or not with the lease reset (RenewEvent.Err); the watchdog tries again until the lease runs out
 )
 
 var renewOutcomes = [...]string{"renewed", "not_held", "no_answer"}

@@ -322,7 +322,7 @@ func TestHooksCostNothingWhenOff(t *testing.T) {
 	req := backend.Request{Key: "cheap", Token: l.Token(), TTL: DefaultTTL, Wait: true}
 	cfg := lockConfig{ttl: DefaultTTL, renew: true}
 	due := []*hold{l.h}
-	outcomes := []backend.Outcome{backend.Held}
+	outcomes := []backend.Renewed{{Outcome: backend.Held}}
 	allocs := testing.AllocsPerRun(1000, func() {
 		x, actx, err := c.prepare(ctx, &req, &cfg)
 		if x != nil || actx != ctx || err != nil {

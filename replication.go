@@ -648,18 +648,20 @@ func (n *node) extendAcked(ctx context.Context, l *backend.Lease, ttl time.Durat
 // renewAcked is Renew with replica acknowledgement: with FailClosed a
 // renewal the replicas did not acknowledge is Unknown (retried soon; the
 // lock's deadline stays that of the last acknowledged lease).
-func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
+func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.Renewed {
 	calls := make([]*call, len(rs))
 	for i, r := range rs {
 		k := leaseKeys(r.Lease)
 		calls[i] = &call{s: k.scripts().extend, keys: []string{k.lock}, args: []any{r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen}}
 	}
 	n.runAcked(ctx, calls)
-	out := make([]backend.Outcome, len(rs))
+	out := make([]backend.Renewed, len(rs))
 	for i, c := range calls {
-		out[i] = outcome(c.cmd.Int64())
-		if out[i] == backend.Held && n.ack.check(c.ack, leaseWritten("renew", rs[i].Lease)) != nil {
-			out[i] = backend.Unknown
+		out[i] = renewed(c.cmd.Int64())
+		if out[i].Outcome == backend.Held {
+			if err := n.ack.check(c.ack, leaseWritten("renew", rs[i].Lease)); err != nil {
+				out[i] = backend.Renewed{Outcome: backend.Unknown, Err: err}
+			}
 		}
 	}
 	return out

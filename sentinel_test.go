@@ -534,8 +534,8 @@ func TestSentinel(t *testing.T) {
 			t.Fatal("the surviving lock is kept without acknowledged renewals")
 		}
 		lostAt := time.Now()
-		if cause := context.Cause(survivor.Context()); !errors.Is(cause, ErrLockLost) {
-			t.Fatalf("cause = %v, want ErrLockLost", cause)
+		if cause := context.Cause(survivor.Context()); !errors.Is(cause, ErrLockLost) || !errors.Is(cause, ErrNotReplicated) {
+			t.Fatalf("cause = %v, want ErrLockLost, with the renewals' ErrNotReplicated", cause)
 		}
 		if d := nm.PTTL(ctx, acked.keys("survivor").lock).Val(); d < lease/2 {
 			t.Errorf("the master's lease %v: the unacknowledged renewals did not reach it", d)

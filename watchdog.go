@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ type hold struct {
 	slack      time.Duration // how early a renewal may go to share a round trip
 	trusted    time.Duration // the lease last trusted (trust): a hand-over's is shorter than ttl
 	busy       bool          // a renewal or an Extend is in flight
+	renewErr   error         // why the last renewal failed, nil if it did not: in the loss's cause
 	txns       int           // Txns under way (txnBegin): the renewal waits for them (renewAt)
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
@@ -560,14 +562,21 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 			if lost == nil {
 				lost = make(map[*hold]error)
 			}
-			why := "the lease ran out before it could be renewed"
+			const ranOut = "the lease ran out before it could be renewed"
+			why := ranOut
 			switch {
 			case h.x != nil && h.x.degraded:
 				why = "held for its max hold" // no lease: WithMaxHold's deadline
 			case !h.renewUntil.IsZero() && !now.Before(h.renewUntil):
 				why = "held for its max hold: renewed no more, its lease ran out"
 			}
-			lost[h] = fmt.Errorf("%w: %s", ErrLockLost, why)
+			if h.renewErr != nil && why == ranOut {
+				// Say why: a failover under way (READONLY), too few
+				// replicas (ErrNotReplicated), Redis unreachable.
+				lost[h] = fmt.Errorf("%w: %s, the last renewal failed: %w", ErrLockLost, why, h.renewErr)
+			} else {
+				lost[h] = fmt.Errorf("%w: %s", ErrLockLost, why)
+			}
 			delete(w.holds, h)
 			continue
 		}
@@ -611,12 +620,15 @@ func (w *watchdog) renew(due []*hold) {
 	}
 	w.mu.Unlock()
 	start := time.Now()
-	var outcomes []backend.Outcome
+	var outcomes []backend.Renewed
 	if p := backend.Run(func() { outcomes = w.c.be.Renew(ctx, rs) }); p != nil {
 		// A go-redis hook's, with no caller to go to: the renewals count
 		// as unanswered (Unknown), retried until the deadlines pass.
 		p.Log(w.c.log, "dlock: renewal panicked")
-		outcomes = make([]backend.Outcome, len(rs))
+		outcomes = make([]backend.Renewed, len(rs))
+		for i := range outcomes {
+			outcomes[i].Err = errRenewPanicked
+		}
 	}
 
 	w.mu.Lock()
@@ -629,8 +641,10 @@ func (w *watchdog) renew(due []*hold) {
 	default:
 	}
 	lost := make(map[*hold]error)
-	var released, failed []*hold
-	watched := 0 // due[:watched] were still watched: the Observer hears of those
+	var released []*hold
+	var failed []*hold
+	var why []error // failed[i]'s error, for the log (renewErr may change once mu is let go)
+	watched := 0    // due[:watched] were still watched: the Observer hears of those
 	for i, h := range due {
 		w.finish(h)
 		if _, ok := w.holds[h]; !ok {
@@ -638,9 +652,10 @@ func (w *watchdog) renew(due []*hold) {
 		}
 		due[watched], outcomes[watched] = h, outcomes[i]
 		watched++
-		switch outcomes[i] {
+		switch outcomes[i].Outcome {
 		case backend.Held:
 			h.trust(start, rs[i].TTL)
+			h.renewErr = nil
 		case backend.NotHeld:
 			if h.releasing {
 				// Our own release removed it (its reply is on the way, or
@@ -658,7 +673,9 @@ func (w *watchdog) renew(due []*hold) {
 			// is shorter than ttl); the deadline decides when it is lost.
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
+			h.renewErr = outcomes[i].Err
 			failed = append(failed, h)
+			why = append(why, h.renewErr)
 		}
 	}
 	w.mu.Unlock()
@@ -672,8 +689,8 @@ func (w *watchdog) renew(due []*hold) {
 	// mu, and a panic there skips no loss.
 	w.c.noPanic("watchdog", func() {
 		defer w.loseAll(lost)
-		for _, h := range failed {
-			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind)
+		for i, h := range failed {
+			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind, "err", why[i])
 		}
 		if !closing {
 			w.c.renewed(due[:watched], outcomes[:watched])
@@ -681,6 +698,10 @@ func (w *watchdog) renew(due []*hold) {
 	})
 	w.poke()
 }
+
+// errRenewPanicked is the error of the renewals of a batch whose round
+// trip panicked.
+var errRenewPanicked = errors.New("renewal panicked")
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")

@@ -282,7 +282,7 @@ func TestLateRenewalDoesNotShortenExtend(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The renewal arrives now, as the watchdog sent it.
-	if o := c.be.Renew(ctx, []backend.Renewal{{Lease: l.h.lease, TTL: ttl}}); o[0] != backend.Held {
+	if o := c.be.Renew(ctx, []backend.Renewal{{Lease: l.h.lease, TTL: ttl}}); o[0].Outcome != backend.Held {
 		t.Fatalf("late renewal: %v", o[0])
 	}
 	pttl, err := rdb.PTTL(ctx, leaseKeys(l.h.lease).lock).Result()
@@ -861,5 +861,39 @@ func TestShorteningExtendIsTrustedOnlyForItsLease(t *testing.T) {
 	held.release()
 	if err := <-extended; !errors.Is(err, ErrLockLost) {
 		t.Errorf("Extend whose reply came after its lease ran out = %v, want ErrLockLost", err)
+	}
+}
+
+// A lock whose renewals fail until its lease runs out says why, in its
+// Context's cause, in the Observer's Renew events and in the log: here
+// Redis refuses them with READONLY (a failover demoted the master this
+// client is connected to), which a caller can tell from a lost key.
+func TestLeaseRunOutSaysWhyRenewalsFailed(t *testing.T) {
+	master, replica := redistest.StartReplicated(t)
+	var logs syncBuffer
+	rec := &recorder{}
+	c := newClientOn(t, master.Client(t), WithObserver(rec), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l := mustLock(t, c, "demoted", WithTTL(300*time.Millisecond))
+	redistest.WaitReplicaAcks(t, master.Client(t))
+	redistest.Switchover(t, master, replica)
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, ErrLockLost) || !redis.IsReadOnlyError(cause) {
+		t.Fatalf("cause = %v, want ErrLockLost and the renewal's READONLY", cause)
+	}
+	if !strings.Contains(logs.String(), `msg="dlock: renewal failed" key=demoted kind=lock err="READONLY`) {
+		t.Errorf("log:\n%s", logs.String())
+	}
+	failed := rec.count(func(r *recorder) int {
+		n := 0
+		for _, e := range r.renews {
+			if e.Outcome == RenewNoAnswer && redis.IsReadOnlyError(e.Err) {
+				n++
+			}
+		}
+		return n
+	})
+	if failed == 0 {
+		t.Error("no Renew event with the READONLY error")
 	}
 }

@@ -51,17 +51,18 @@ func (b *redlock) outcome(v votes) backend.Outcome {
 // node, all nodes in parallel. A lease is renewed when a majority reset it;
 // lost when more than a minority no longer hold it; else Unknown, and the
 // Client's watchdog declares it lost when its validity ends.
-func (b *redlock) Renew(ctx context.Context, rs []backend.Renewal) []backend.Outcome {
-	out, _ := b.renew(ctx, rs, backend.Lengthen)
-	return out
+func (b *redlock) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewed {
+	return b.renew(ctx, "renew", rs, backend.Lengthen)
 }
 
-// renew resets each lease on every node; mode is backend.Lengthen for the
-// watchdog's renewals, or an Extend's number (lua/extend.lua).
-func (b *redlock) renew(ctx context.Context, rs []backend.Renewal, mode string) ([]backend.Outcome, []reply[[]int64]) {
-	out := make([]backend.Outcome, len(rs))
+// renew resets each lease on every node; op names it in errors, mode is
+// backend.Lengthen for the watchdog's renewals, or an Extend's number
+// (lua/extend.lua). An Unknown outcome's error is an *Error with the
+// votes and the nodes' errors.
+func (b *redlock) renew(ctx context.Context, op string, rs []backend.Renewal, mode string) []backend.Renewed {
+	out := make([]backend.Renewed, len(rs))
 	if len(rs) == 0 {
-		return out, nil
+		return out
 	}
 	shortest := rs[0].TTL
 	for _, r := range rs {
@@ -84,10 +85,17 @@ func (b *redlock) renew(ctx context.Context, rs []backend.Renewal, mode string) 
 		}
 		return true
 	})
-	for j := range rs {
-		out[j] = b.outcome(renewVotes(replies, j))
+	var nodes []error // the nodes' errors, shared by the renewals left Unknown
+	for j, r := range rs {
+		v := renewVotes(replies, j)
+		if out[j].Outcome = b.outcome(v); out[j].Outcome == backend.Unknown {
+			if nodes == nil {
+				nodes, _ = nodeErrors(b, replies)
+			}
+			out[j].Err = &Error{Op: op, Key: r.Lease.Key, Granted: v.yes, Refused: v.no, Unreachable: v.unknown, Nodes: nodes, kind: ErrNoQuorum}
+		}
 	}
-	return out, replies
+	return out
 }
 
 // renewVotes counts the votes on renewal j.
@@ -152,22 +160,16 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 
 // Extend resets one lease to ttl on every node; it needs a majority.
 func (b *redlock) Extend(ctx context.Context, l *backend.Lease, ttl time.Duration) (backend.Outcome, error) {
-	out, replies := b.renew(ctx, []backend.Renewal{{Lease: l, TTL: ttl}}, l.NextExtend())
+	r := b.renew(ctx, "extend", []backend.Renewal{{Lease: l, TTL: ttl}}, l.NextExtend())[0]
 	d := data(l)
 	switch {
-	case out[0] == backend.Held:
+	case r.Outcome == backend.Held:
 		d.lease.Store(int64(ttl))
-	case out[0] == backend.Unknown && int64(ttl) > d.lease.Load():
+	case r.Outcome == backend.Unknown && int64(ttl) > d.lease.Load():
 		// Some nodes may have the longer lease: allow for it.
 		d.lease.Store(int64(ttl))
 	}
-	if out[0] != backend.Unknown {
-		return out[0], nil
-	}
-	v := renewVotes(replies, 0)
-	e := &Error{Op: "extend", Key: l.Key, Granted: v.yes, Refused: v.no, Unreachable: v.unknown, kind: ErrNoQuorum}
-	e.Nodes, _ = nodeErrors(b, replies)
-	return out[0], e
+	return r.Outcome, r.Err
 }
 
 // errorFrom builds the *Error of an operation whose node replies say yes

@@ -26,8 +26,8 @@ type Backend interface {
 	// fails must leave nothing behind: no hold, no queue entry.
 	Acquire(ctx context.Context, r Request) (Grant, error)
 	// Renew resets the lease of each renewal in as few round trips as it
-	// can. A failed round trip is reported as Unknown outcomes.
-	Renew(ctx context.Context, rs []Renewal) []Outcome
+	// can. A failed round trip is reported as Unknown outcomes, with why.
+	Renew(ctx context.Context, rs []Renewal) []Renewed
 	// Extend resets one lease to ttl.
 	Extend(ctx context.Context, l *Lease, ttl time.Duration) (Outcome, error)
 	// TTL reads the remaining lease.
@@ -109,6 +109,14 @@ type Renewal struct {
 // Redis late (its client gave up on it) cannot cut short a longer lease an
 // Extend set meanwhile.
 const Lengthen = "renew"
+
+// Renewed is the answer to one renewal.
+type Renewed struct {
+	Outcome Outcome
+	// Err says why the outcome is Unknown: no answer in time, an error
+	// reply, too few replicas acknowledged it. nil otherwise.
+	Err error
+}
 
 // Outcome says what a renewal, extension or TTL read found.
 type Outcome int
