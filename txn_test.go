@@ -345,7 +345,8 @@ func TestTxnReplicaAck(t *testing.T) {
 	}
 }
 
-// onCommand runs do once, before the first command named name is sent.
+// onCommand runs fn before each command named name is sent, or with do
+// only before the first.
 type onCommand struct {
 	testutil.PassHook
 	name string
@@ -355,8 +356,12 @@ type onCommand struct {
 
 func (h onCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
+		switch {
+		case cmd.Name() != h.name:
+		case h.do != nil:
 			h.do.Do(h.fn)
+		default:
+			h.fn()
 		}
 		return next(ctx, cmd)
 	}
@@ -513,23 +518,6 @@ func TestTxnOnADemotedMasterSaysReadOnly(t *testing.T) {
 	}
 }
 
-// slowCommand is a go-redis hook that holds every command named name back
-// by d before sending it: a slow path on that command alone.
-type slowCommand struct {
-	testutil.PassHook
-	name string
-	d    time.Duration
-}
-
-func (h slowCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
-			time.Sleep(h.d)
-		}
-		return next(ctx, cmd)
-	}
-}
-
 // The watchdog renews a lock every third of its lease, and a renewal moves
 // the key Txn WATCHes. A Txn whose check alone takes longer than that (a
 // slow path to Redis), but less than half the lease, applies at its first
@@ -544,7 +532,7 @@ func TestTxnSlowerThanTheRenewalInterval(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	l := mustLock(t, c, "slow", WithTTL(ttl))
 	defer l.Unlock(ctx)
-	hooked.AddHook(slowCommand{name: "hexists", d: ttl * 5 / 12})
+	hooked.AddHook(onCommand{name: "hexists", fn: func() { time.Sleep(ttl * 5 / 12) }}) // a slow path
 	const txns = 3
 	for i := range txns {
 		calls := 0
