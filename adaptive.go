@@ -16,10 +16,11 @@ import (
 // Each Unlock of such a lock records its hold time, from where its lease
 // counts from: just before the acquire request was sent, so that the
 // acquisition's round trip is covered, or, for a lock handed over to a
-// waiter, the hand-over (the time spent queued is not counted; the time a
-// check took to find the hand-over is, while a hand-over message counts
-// from its arrival, its transit left out; with WithReplicaAck, which sets
-// the lease again, from there). It is kept in Redis,
+// waiter, the hand-over (the time spent queued is not counted; the time the
+// waiter took to learn of it is, read back from the lease left by its next
+// check, or by the round trip it makes once told by message; with
+// WithReplicaAck, which sets the lease again, from there). It is kept in
+// Redis,
 // in a small hash beside the lock (prefix{key}:stats, shared by every
 // process and kept for a week after its last update), as moving averages
 // of the hold time and of its deviation (as TCP estimates round trips,
@@ -42,10 +43,10 @@ import (
 // process may stall (long GC pauses, a swapping host): a hold that runs
 // past its adaptive lease loses the lock (its Context is cancelled at the
 // deadline), and that overrun, once recorded, only lengthens later leases.
-// Under contention the margin must also cover a waiter's wake-up: told of
-// the hand-over by message, it trusts the lease from its last check before
-// it (it checks every third of the lease), a gap its hold time leaves out,
-// so with a margin under 1.5 such holds often lose the lock early.
+// Under contention a waiter told of the hand-over by message trusts the
+// lease from a round trip that reads what is left of it, so the margin
+// need not cover the time since its last check (up to a third of the
+// lease).
 func WithAdaptiveTTL(margin float64, max time.Duration) LockOption {
 	return func(c *lockConfig) { c.ext.adaptive = &adaptiveConfig{margin: margin, max: max} }
 }

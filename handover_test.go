@@ -34,13 +34,18 @@ func receiveLock(t *testing.T, got <-chan lockResult, within time.Duration, what
 	}
 }
 
-// A lock handed over is trusted from the waiter's last check before the
-// hand-over, so from before the grant, not from the moment the waiter
-// learns of it: whether by its message (node_acquire.go) or, without
-// pub/sub, by its own next check (acquire.lua's "handed over" answer).
+// A lock handed over is trusted from before the grant, not from the moment
+// the waiter learns of it: by its message (node_acquire.go), from its last
+// check before the hand-over, or, without renewal, from the round trip
+// that then reads the lease left; without pub/sub, by its own next check
+// (acquire.lua's "handed over" answer).
 func TestHandOverTrustedFromBeforeIt(t *testing.T) {
-	for _, byCheck := range []bool{false, true} {
-		t.Run(map[bool]string{false: "by message", true: "by check"}[byCheck], func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		byCheck, renew bool
+	}{{"by message", false, true}, {"by message WithoutRenewal", false, false}, {"by check", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			byCheck := tc.byCheck
 			holder, rdb, _ := newTestClient(t)
 			c := newClientOn(t, rdb)
 			if byCheck {
@@ -48,8 +53,15 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 			}
 			ctx := context.Background()
 			a := mustLock(t, holder, "trust", WithTTL(time.Minute))
+			// With renewal, the queue TTL's lease (the same), renewed a
+			// second or so after the waiter's last check: well after d is
+			// read.
 			const ttl = 3 * time.Second
-			got := lockAsync(ctx, c, "trust", WithTTL(ttl), WithoutRenewal())
+			opts := []LockOption{WithTTL(ttl)}
+			if !tc.renew {
+				opts = append(opts, WithoutRenewal())
+			}
+			got := lockAsync(ctx, c, "trust", opts...)
 			waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "trust") == 1 })
 			unlocking := time.Now()
 			if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
@@ -60,25 +72,59 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 			d := c.dog.deadline(l.h)
 			// The fence is the server's clock in µs at the grant (it moved
 			// on since the last one): Redis keeps the lease ttl from there.
-			// A message gives no lease left: the waiter trusts it from its
-			// last check that found the lock held, before the grant (which
-			// may come after the Unlock began). A check reads the lease
-			// left (PTTL) and trusts that, less its own, smaller drift
-			// margin. Comparing the server's clock with ours must allow for
-			// any setting of the wall clock meanwhile.
+			// A message gives no lease left: with renewal, the waiter trusts
+			// it from its last check that found the lock held, before the
+			// grant (which may come after the Unlock began). A check, and
+			// without renewal the round trip after a message, reads the
+			// lease left (PTTL) and trusts that, less its own, smaller
+			// drift margin. Comparing the server's clock with ours must
+			// allow for any setting of the wall clock meanwhile.
 			// Redis expires a key in whole milliseconds, up to 1 ms after
 			// granted + ttl; a waiter whose check crossed the message (on
 			// a loaded machine) trusts the PTTL it read, which allows for
 			// that.
 			granted := time.UnixMicro(int64(l.Fence()))
 			margin := backend.Drift(ttl) - time.Millisecond
-			if byCheck {
+			if !tc.renew {
 				margin = backend.Drift(0) - time.Millisecond
 			}
 			if d.After(granted.Add(ttl - margin + wallClockSet(unlocking))) {
 				t.Errorf("trusted until %v after the grant, want at most the %v lease less %v", d.Round(0).Sub(granted), ttl, margin)
 			}
 		})
+	}
+}
+
+// A lock taken WithoutRenewal and handed over by message is trusted until
+// about when Redis's lease of it ends. Trusted from the waiter's last check
+// before the hand-over instead, up to a third of the lease earlier, and
+// with no renewal to trust it again, its Context would end that much before
+// Redis's lease.
+func TestHandOverByMessageWithoutRenewalTrustsTheLeaseLeft(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	c := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	a := mustLock(t, holder, "fixed", WithTTL(time.Minute))
+	const ttl = 6 * time.Second // the waiter checks every 2s
+	got := lockAsync(ctx, c, "fixed", WithTTL(ttl), WithoutRenewal())
+	waitQueuedAndSubscribed(t, rdb, c, "fixed")
+	// The gap between the waiter's last check and the hand-over is the
+	// subject: the message comes well before its next check.
+	time.Sleep(time.Second)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	defer l.Unlock(ctx)
+	sent := time.Now()
+	pttl, err := rdb.PTTL(ctx, c.keys("fixed").lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := sent.Add(pttl) // Redis's lease ends no earlier
+	// A round trip on a loaded machine, beside the drift margin.
+	if early := ends.Sub(c.dog.deadline(l.h)); early > backend.Drift(ttl)+250*time.Millisecond {
+		t.Errorf("trusted until %v before Redis's lease ends, want at most the drift margin %v and a round trip", early, backend.Drift(ttl))
 	}
 }
 

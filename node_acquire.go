@@ -256,10 +256,12 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			// were making): its lease began about now, not when we
 			// queued.
 			now := time.Now()
-			if a.n.ack == nil && notHeldAt.Add(a.grantTTL-backend.Drift(a.grantTTL)).Sub(now) < a.grantTTL/2 {
+			if a.n.ack == nil && (!a.r.Renew || notHeldAt.Add(a.grantTTL-backend.Drift(a.grantTTL)).Sub(now) < a.grantTTL/2) {
 				// The last check that found the lock held is long past (the
 				// checks since failed, or were slow): a lease trusted from
-				// there would soon be over. A check reads what is left.
+				// there would soon be over. Or nothing renews the lease: it
+				// would end early by the time between that check and the
+				// hand-over, up to a third of it. A check reads what is left.
 				continue
 			}
 			if g, done, err := a.handedOver(ctx, fence, notHeldAt, a.grantTTL, now); done {

@@ -125,7 +125,11 @@ func WithTTL(d time.Duration) LockOption {
 }
 
 // WithoutRenewal turns the watchdog off for this lock: the lease is fixed
-// and the lock is lost when it runs out (the lock's Context says so).
+// and the lock is lost when it runs out (the lock's Context says so). A
+// waiter told by message that the lock was handed over to it makes one
+// more round trip, which reads the lease left, so that its Context ends
+// with Redis's lease, not up to a third of it early: with nothing to
+// renew the lease, the waiter has no other way to learn when it began.
 func WithoutRenewal() LockOption {
 	return func(c *lockConfig) { c.renew = false }
 }
