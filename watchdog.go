@@ -60,6 +60,7 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 	h.nextRenew = start.Add(d / 3)
 	h.slack = d / 6
 	h.trusted = d
+	h.renewErr = nil // the lease was reset since: not why it may run out
 }
 
 // changeLevel runs change, a re-entry or an inner release, given the hold
@@ -655,7 +656,6 @@ func (w *watchdog) renew(due []*hold) {
 		switch outcomes[i].Outcome {
 		case backend.Held:
 			h.trust(start, rs[i].TTL)
-			h.renewErr = nil
 		case backend.NotHeld:
 			if h.releasing {
 				// Our own release removed it (its reply is on the way, or

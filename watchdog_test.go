@@ -897,3 +897,41 @@ func TestLeaseRunOutSaysWhyRenewalsFailed(t *testing.T) {
 		t.Error("no Renew event with the READONLY error")
 	}
 }
+
+// An Extend that Redis granted after a renewal failed resets the lease: a
+// loss after it, with no renewal answered since (Redis hung), is not put
+// down to that older renewal's error.
+func TestExtendClearsFailedRenewalCause(t *testing.T) {
+	rec := &recorder{}
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	c := newClientOn(t, srv.Client(t), WithObserver(rec))
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	l := mustLock(t, c, "extended", WithTTL(ttl))
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "a renewal refused with NOREPLICAS", func() bool {
+		return rec.count(func(r *recorder) int {
+			for _, e := range r.renews {
+				if e.Outcome == RenewNoAnswer && e.Err != nil && strings.HasPrefix(e.Err.Error(), "NOREPLICAS") {
+					return 1
+				}
+			}
+			return 0
+		}) > 0
+	})
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	testutil.Receive(t, l.Done(), 2*ttl, "the lock's end")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "NOREPLICAS") {
+		t.Fatalf("cause = %v, want ErrLockLost, without the renewal error the Extend came after", cause)
+	}
+}
