@@ -16,7 +16,8 @@ import (
 
 // DegradedMode says what a Client does when Redis cannot be reached while
 // it takes a lock, or answers that it cannot serve it for now (LOADING,
-// READONLY, MASTERDOWN, NOREPLICAS, OOM, MISCONF, CLUSTERDOWN, TRYAGAIN, BUSY).
+// READONLY, MASTERDOWN, NOREPLICAS, OOM, MISCONF, CLUSTERDOWN, TRYAGAIN,
+// BUSY, max number of clients reached).
 type DegradedMode uint8
 
 const (
@@ -127,7 +128,7 @@ func unreachable(ctx context.Context, err error) bool {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		return serverCannotServe(err)
+		return backend.CannotServe(err)
 	}
 	var ne net.Error
 	return errors.As(err, &ne) ||

@@ -3,7 +3,6 @@ package dlock
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,34 +57,15 @@ func redisError(op, key string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, key, err)
 }
 
-// serverCannotServe reports whether err is the answer of a Redis server
-// that cannot serve the lock for now, though it may soon: loading its
-// data, a replica or a master cut off from its replicas, one out of
-// memory (until keys expire), one whose last snapshot failed (until a save
-// succeeds), a cluster missing the slot or moving it, a script running
-// long elsewhere.
-func serverCannotServe(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM ", "MISCONF ", "BUSY "} {
-		if strings.HasPrefix(re.Error(), p) {
-			return true
-		}
-	}
-	return false
-}
-
 // refusedUnrun reports whether err is only a Redis server's answer that it
-// cannot serve the command for now (serverCannotServe): the command did
+// cannot serve the command for now (backend.CannotServe): the command did
 // not run, or its script stopped at its first write, with nothing written.
 // Not an error with several causes (Redlock's, one per node): a node may
 // have run it.
 func refusedUnrun(err error) bool {
 	for ; err != nil; err = errors.Unwrap(err) {
 		if re, ok := err.(redis.Error); ok {
-			return serverCannotServe(re)
+			return backend.CannotServe(re)
 		}
 	}
 	return false

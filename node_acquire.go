@@ -353,5 +353,5 @@ func keepPlace(ctx context.Context, err error) bool {
 		return false
 	}
 	var re redis.Error
-	return !errors.As(err, &re) || serverCannotServe(err)
+	return !errors.As(err, &re) || backend.CannotServe(err)
 }

@@ -82,7 +82,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 			return backend.Grant{}, fmt.Errorf("redlock: lock %q: waiting ended: %w", r.Key, ctx.Err())
 		case b.isClosed():
 			return backend.Grant{}, fmt.Errorf("redlock: lock %q: %w", r.Key, dlock.ErrClosed)
-		case !r.Wait, res.wrongType:
+		case !r.Wait, res.hopeless:
 			return backend.Grant{}, res.err
 		}
 		if res.noQuorum {
@@ -194,10 +194,12 @@ type tryResult struct {
 	blocked  bool           // other owners hold the lock on a majority
 	pttl     time.Duration  // the least remaining lease of the other owners' holds; -1 if none was read
 	owners   map[string]int // the other owners' tokens: on how many nodes each refused
-	// wrongType: a majority cannot be had, because too many nodes hold a
-	// value that is not a lock at its name (dlock.ErrWrongType): waiting
-	// would not end.
-	wrongType bool
+	// hopeless: a majority cannot be had, because too many nodes answered
+	// with an error that will not pass (backend.Permanent): a value that
+	// is not a lock at its name (dlock.ErrWrongType), an ACL that refuses
+	// the scripts or the keys (NOPERM), a command unknown. Waiting would
+	// not end.
+	hopeless bool
 }
 
 // acquireReply is a node's answer to acquire.lua.
@@ -332,13 +334,13 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	b.releaseAttempt(ctx, k, token, mayHold, !majorityOwner, sends, timeout, b.opTimeout(r.TTL))
 
 	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
-	wrongType := 0
+	permanent := 0
 	for _, e := range errs {
-		if errors.Is(e, dlock.ErrWrongType) {
-			wrongType++
+		if backend.Permanent(e) {
+			permanent++
 		}
 	}
-	res.wrongType = wrongType > n-q
+	res.hopeless = permanent > n-q
 	kind := dlock.ErrNotObtained
 	if answered < q {
 		kind, res.noQuorum = ErrNoQuorum, true
@@ -347,6 +349,8 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		switch {
 		case majorityOwner:
 			detail = "held by another owner"
+		case res.hopeless:
+			detail = fmt.Sprintf("%d of %d nodes answered with an error that will not pass: no majority possible", permanent, n)
 		case res.noQuorum:
 			detail = fmt.Sprintf("%d of %d nodes answered, %d needed", answered, n, q)
 		case refused > 0:

@@ -14,7 +14,9 @@ var (
 	// ErrNoQuorum: too few nodes answered to decide: a majority of them
 	// failed or did not answer within the per-node timeout. Lock returns it
 	// (in an *Error) instead of dlock.ErrNotObtained when the lock may be
-	// free but a majority cannot be reached. dlock's degraded mode
+	// free but a majority cannot be reached; at once, without waiting,
+	// when so many nodes answered with an error that waiting will not end
+	// (NOPERM, WRONGTYPE) that no majority is left. dlock's degraded mode
 	// (LocalFallback) takes it for Redis unreachable only if no node said
 	// the lock is held elsewhere and every node's error is one of a node
 	// down, hung or unable to serve for now (not NOPERM, say).

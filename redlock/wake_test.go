@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,6 +457,40 @@ func TestTimedOutPubSubDialIsNotMadeTwice(t *testing.T) {
 		// The reader's backoff is 50 ms at least.
 		if gap := dials[i].Sub(dials[i-1]); gap < 25*time.Millisecond {
 			t.Errorf("node 0's pub/sub connection was dialed again %v after a dial that timed out, want the backoff between", gap)
+		}
+	}
+}
+
+// wakeups.go: a node's pub/sub connection whose first dial fails (the
+// SUBSCRIBE of the first wait, to a node that refuses it) is dialed again
+// after the reader's backoff, not at once by the reader as it starts.
+func TestFailedFirstPubSubDialBacksOff(t *testing.T) {
+	cl := startCluster(t, 3)
+	holder := cl.locker(t)
+	l := mustLock(t, holder, "a", dlock.WithTTL(time.Minute))
+	defer l.Unlock(context.Background())
+	var mu sync.Mutex
+	var dials []time.Time
+	waiter := withPubSubDial(t, cl, 0, func(ctx context.Context) error {
+		mu.Lock()
+		dials = append(dials, time.Now())
+		mu.Unlock()
+		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _ = waiter.Lock(ctx, "a") }()
+	waitUntil(t, 10*time.Second, "node 0's pub/sub dials", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(dials) >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(dials); i++ {
+		// The reader's backoff is 50 ms at least.
+		if gap := dials[i].Sub(dials[i-1]); gap < 25*time.Millisecond {
+			t.Errorf("node 0's pub/sub dial %d came %v after the one that failed, want the backoff between", i+1, gap)
 		}
 	}
 }

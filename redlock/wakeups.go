@@ -424,11 +424,14 @@ func (s *nodeSub) control() {
 		// connection: it would close the one it just made and dial again.
 		// Its own timeouts bound the call, and close ends h.ctx.
 		ctx := h.ctx
+		failed := false
 		if len(add) > 0 {
 			// On failure go-redis keeps the channels and subscribes them
 			// when the reader reconnects.
 			if err := s.ps.Subscribe(ctx, add...); err != nil {
 				h.b.log.Debug("redlock: subscribe failed", "node", h.b.nodes[s.i].addr, "error", err)
+				_, reply := err.(redis.Error)
+				failed = !reply
 			}
 		}
 		// One a command: a channel still refused must not keep another
@@ -442,17 +445,31 @@ func (s *nodeSub) control() {
 		if !reading && len(add) > 0 {
 			reading = true
 			h.wg.Add(1) // this goroutine is counted: Close's Wait cannot be at zero
-			go s.read()
+			// A first SUBSCRIBE whose connection could not be made: the
+			// reader's first read would dial again at once.
+			go s.read(failed)
 		}
 	}
 }
 
-// read dispatches the node's pub/sub messages until the hub closes.
-func (s *nodeSub) read() {
+// read dispatches the node's pub/sub messages until the hub closes. It
+// backs off first if wait (the connection just failed).
+func (s *nodeSub) read(wait bool) {
 	h := s.h
 	defer h.wg.Done()
 	backoff := minBackoff
 	for {
+		if wait {
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+			wait = false
+		}
 		// A connection that stays silent is pinged, and dropped (an
 		// error here) if it does not answer.
 		msg, err := h.health.Receive(h.ctx, s.ps)
@@ -477,14 +494,7 @@ func (s *nodeSub) read() {
 			if !reply {
 				h.broken(s)
 			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, maxBackoff)
+			wait = true
 			continue
 		}
 		backoff = minBackoff
