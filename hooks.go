@@ -249,15 +249,16 @@ func (h *hold) endsLocal() {
 }
 
 // releaseEnd reports how an Unlock of level ended: err is what Unlock
-// returns (nil, an error wrapping ErrNotHeld, or the release's error).
-// rctx is the context releaseStart returned.
-func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err error) {
+// returns (nil, an error wrapping ErrNotHeld, or the release's error), and
+// ended whether it ended the hold. rctx is the context releaseStart
+// returned.
+func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err error, ended bool) {
 	x := h.x
 	if x == nil {
 		return
 	}
 	held := x.held()
-	e := ReleaseEndEvent{Key: h.lease.Key, Kind: h.kind, Level: level, Held: held, Degraded: x.degraded, Err: err}
+	e := ReleaseEndEvent{Key: h.lease.Key, Kind: h.kind, Level: level, Held: held, Degraded: x.degraded, Ended: ended, Err: err}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):

@@ -277,8 +277,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	panicked := true
 	defer func() {
 		if panicked {
-			err, lost := l.settleUnlock(0, errReleasePanicked, wasLive, wasReleased)
-			l.endUnlock(ctx, rctx, err, lost)
+			err, lost, ended := l.settleUnlock(0, errReleasePanicked, wasLive, wasReleased)
+			l.endUnlock(ctx, rctx, err, lost, ended)
 		}
 	}()
 	var left int64
@@ -290,16 +290,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		left, err = l.h.changeLevel(rctx, func(int) (int64, error) { return l.c.release(rctx, l.h, l.level) })
 	}
 	panicked = false
-	err, lost := l.settleUnlock(left, err, wasLive, wasReleased)
-	l.endUnlock(ctx, rctx, err, lost)
+	err, lost, ended := l.settleUnlock(left, err, wasLive, wasReleased)
+	l.endUnlock(ctx, rctx, err, lost, ended)
 	return err
 }
 
 // endUnlock reports the loss an Unlock found (lost, if not nil), then the
 // Unlock's end (err is what it returns): ReleaseEnd even if the
-// Observer's Lost panics, or the release would never end for it.
-func (l *Lock) endUnlock(ctx, rctx context.Context, err, lost error) {
-	defer l.c.releaseEnd(ctx, rctx, l.h, l.level, err) // hooks.go
+// Observer's Lost panics, or the release would never end for it. ended
+// says whether this Unlock ended the hold (ReleaseEndEvent.Ended).
+func (l *Lock) endUnlock(ctx, rctx context.Context, err, lost error, ended bool) {
+	defer l.c.releaseEnd(ctx, rctx, l.h, l.level, err, ended) // hooks.go
 	if lost != nil {
 		l.c.observeLost(l.h, lost)
 	}
@@ -311,9 +312,11 @@ var errReleasePanicked = errors.New("release panicked")
 
 // settleUnlock settles an Unlock from the release's answer (left, err): it
 // returns what Unlock returns, and the cause of the loss it declared, if
-// any, for Unlock to report (endUnlock). wasLive and wasReleased describe
-// the hold before the release was sent.
-func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_, lost error) {
+// any, for Unlock to report (endUnlock), and whether this Unlock ended the
+// hold otherwise (ReleaseEndEvent.Ended): whoever stops watching a hold
+// ends it, once. wasLive and wasReleased describe the hold before the
+// release was sent.
+func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_, lost error, ended bool) {
 	if err != nil {
 		if !errors.As(err, new(notSentError)) && !refusedUnrun(err) {
 			l.unsure = true // the release may have run
@@ -325,8 +328,11 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 			// Renewed no more, it is freed when its lease runs out.
 			lost = fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err)
 			l.c.dog.end(l.h, lost)
+		} else if l.level == 1 {
+			// A renewal met this release before its reply was lost.
+			ended = l.c.dog.freedBySelf(l.h)
 		}
-		return redisError("unlock", l.Key(), err), lost
+		return redisError("unlock", l.Key(), err), lost, ended
 	}
 	l.released = true
 	if left < 0 && !(l.unsure && l.level == 1 && (wasReleased || wasLive && time.Now().Before(l.c.dog.deadline(l.h)))) {
@@ -339,7 +345,7 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 			// renewal can meet it, watchdog.renew): released, not lost.
 			l.h.cancel(ErrReleased)
 			l.cancel(ErrReleased)
-			return err, nil
+			return err, nil, false // the outer Unlock reports the end
 		}
 		if !wasReleased {
 			// Lost: declared so before (a renewal found it gone, its lease
@@ -360,16 +366,20 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 		if lost != nil {
 			l.c.dog.end(l.h, cause)
 		}
+		if l.level == 1 {
+			// Reported by Lost, if not by this ReleaseEnd.
+			ended = l.c.dog.freedBySelf(l.h) && lost == nil
+		}
 		l.h.cancel(cause)
 		l.cancel(ErrReleased)
-		return err, lost
+		return err, lost, ended
 	}
 	if left <= 0 {
-		l.c.dog.remove(l.h)
+		ended = l.c.dog.remove(l.h) || l.c.dog.freedBySelf(l.h)
 		l.h.cancel(ErrReleased)
 	}
 	l.cancel(ErrReleased)
-	return nil, nil
+	return nil, nil, ended
 }
 
 // live returns the loss error if the lock's hold is over, or ErrReleased

@@ -106,8 +106,22 @@ type ReleaseEndEvent struct {
 	// Held is how long the lock had been held, since the outermost Lock
 	// was granted (whatever Level).
 	Held     time.Duration
-	Degraded bool  // the lock was taken in-process only (WithDegradedMode)
-	Err      error // the error returned, if any
+	Degraded bool // the lock was taken in-process only (WithDegradedMode)
+	// Ended says that this Unlock ended the hold that the granted
+	// AcquireEnd (AcquireOK or AcquireDegraded) began: true exactly once
+	// per hold not reported Lost, and never for a hold reported Lost. It
+	// is false for an Unlock that did not end the hold: an inner Level's,
+	// which gives back a level only; one that found the hold already
+	// ended (lost, ended by Close, given up after a failed release: Lost
+	// reported it, even if this Unlock then removed the key and Outcome is
+	// ReleaseOK); one that reports the hold Lost itself. It may be true
+	// with ReleaseError: a renewal met the release in Redis before its
+	// reply was lost. Counting +1 for each granted AcquireEnd, -1 for each
+	// Lost and -1 for each ReleaseEnd with Ended gives the locks held now
+	// by the Clients reporting to the Observer (a Semaphore's or an
+	// RWMutex's hold of n permits counts once).
+	Ended bool
+	Err   error // the error returned, if any
 }
 
 // RenewEvent describes one lease renewal by the watchdog.

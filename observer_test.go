@@ -974,3 +974,139 @@ func TestLostComesAfterAcquireEnd(t *testing.T) {
 	}
 	o.check(t, "job", "acquired job", "lost job")
 }
+
+// holdEnds counts, from rec's events, the holds granted and the two ways a
+// hold's end is reported: a ReleaseEnd with Ended, or a Lost.
+func (r *recorder) holdEnds() (granted, ended, lost int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.acquires {
+		if e.Outcome == AcquireOK || e.Outcome == AcquireDegraded {
+			granted++
+		}
+	}
+	for _, e := range r.releases {
+		if e.Ended {
+			ended++
+		}
+	}
+	return granted, ended, len(r.losts)
+}
+
+// checkEndedOnce fails t unless rec saw one hold granted and its end
+// reported once: by a Lost or by a ReleaseEnd with Ended, not both. A
+// gauge of held locks counts by these events.
+func checkEndedOnce(t *testing.T, rec *recorder, wantLost bool) {
+	t.Helper()
+	granted, ended, lost := rec.holdEnds()
+	want := map[bool][2]int{false: {1, 0}, true: {0, 1}}[wantLost]
+	if granted != 1 || ended != want[0] || lost != want[1] {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		t.Errorf("granted %d, ReleaseEnd with Ended %d, Lost %d; want 1, %d, %d (releases %+v, losts %+v)",
+			granted, ended, lost, want[0], want[1], rec.releases, rec.losts)
+	}
+}
+
+// ReleaseEndEvent.Ended is true for the one Unlock that ended a hold, and
+// never for a hold reported Lost, however its Unlocks go.
+func TestReleaseEndedOncePerHold(t *testing.T) {
+	ctx := context.Background()
+	errFail := errors.New("reply lost")
+	cases := []struct {
+		name     string
+		wantLost bool
+		run      func(t *testing.T, c *Client, rdb *redis.Client, arm func())
+	}{
+		{"unlock", false, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			if err := mustLock(t, c, "k").Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"unlock after close", true, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			l := mustLock(t, c, "k")
+			c.Close()
+			if err := l.Unlock(ctx); err != nil { // the key is still there
+				t.Fatal(err)
+			}
+		}},
+		{"unlock retried", true, func(t *testing.T, c *Client, _ *redis.Client, arm func()) {
+			l := mustLock(t, c, "k")
+			arm()
+			if err := l.Unlock(ctx); !errors.Is(err, errFail) {
+				t.Fatalf("Unlock = %v", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("retried Unlock = %v", err)
+			}
+		}},
+		{"do", false, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			if err := c.Do(ctx, "k", func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"do with failed release", true, func(t *testing.T, c *Client, _ *redis.Client, arm func()) {
+			if err := c.Do(ctx, "k", func(context.Context) error { arm(); return nil }); !errors.Is(err, errFail) {
+				t.Fatalf("Do = %v", err)
+			}
+		}},
+		{"lost, then unlock", true, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			l := mustLock(t, c, "k", WithTTL(250*time.Millisecond), WithoutRenewal())
+			<-l.Done()
+			_ = l.Unlock(ctx) // nil if the key is still there, within the drift margin
+		}},
+		{"found gone by unlock", true, func(t *testing.T, c *Client, rdb *redis.Client, _ func()) {
+			l := mustLock(t, c, "k")
+			rdb.Del(ctx, c.keys("k").lock)
+			if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+				t.Fatalf("Unlock = %v, want ErrLockLost", err)
+			}
+		}},
+		{"reentered", false, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			l := mustLock(t, c, "k")
+			inner, err := c.Lock(l.Context(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := inner.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"semaphore", false, func(t *testing.T, c *Client, _ *redis.Client, _ func()) {
+			l, err := c.Semaphore("k", 3).Acquire(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rec := &recorder{}
+			fail, arm := failNext(errFail)
+			c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: fail}}, WithObserver(rec))
+			tc.run(t, c, rdb, arm)
+			if tc.wantLost { // a loss the watchdog found is reported after the Context ends
+				waitUntil(t, 5*time.Second, "the loss to be reported", func() bool { _, _, lost := rec.holdEnds(); return lost > 0 })
+			}
+			checkEndedOnce(t, rec, tc.wantLost)
+		})
+	}
+	t.Run("degraded", func(t *testing.T) {
+		c, rec := degradedWhileDown(t)
+		l := mustLock(t, c, "k")
+		if !l.Degraded() {
+			t.Fatal("not degraded")
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkEndedOnce(t, rec, false)
+	})
+}

@@ -46,6 +46,7 @@ type hold struct {
 	txns       int           // Txns under way (txnBegin): the renewal waits for them (renewAt)
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
 	releasing  bool          // Unlock of the outermost level has begun
+	selfFreed  bool          // unwatched as released by its Unlock under way, which has not reported that yet (freedBySelf)
 	handing    bool          // watched, its grant not reported yet (handOut)
 	lostBy     error         // the cause it was lost with while handing: handOut reports it
 	expiry     *time.Timer   // after Close, while its Unlock is under way: ends it at its deadline
@@ -319,8 +320,30 @@ func (w *watchdog) releasedBySelf(h *hold) bool {
 	if !h.releasing {
 		return false
 	}
-	w.drop(h)
+	w.dropReleased(h)
 	return true
+}
+
+// dropReleased stops watching h, found gone while its Unlock is under way:
+// that Unlock's release removed it, and reports the hold's end
+// (freedBySelf). Called with mu held.
+func (w *watchdog) dropReleased(h *hold) {
+	if _, ok := w.holds[h]; ok {
+		h.selfFreed = true
+	}
+	w.drop(h)
+}
+
+// freedBySelf reports whether a renewal (or an Extend, a TTL, an inner
+// Unlock) found h gone while its outermost Unlock was under way, and
+// stopped watching it as released, without reporting a loss: true once at
+// most, to the Unlock that then reports the hold's end.
+func (w *watchdog) freedBySelf(h *hold) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	freed := h.selfFreed
+	h.selfFreed = false
+	return freed
 }
 
 // handedOut records that h's grant has been reported. It returns the
@@ -662,7 +685,7 @@ func (w *watchdog) renew(due []*hold) {
 				// lost): the lock may be someone else's already, so the
 				// hold ends now, as released, not lost. Unlock (or its
 				// retry) then finds it gone and says nil.
-				w.drop(h)
+				w.dropReleased(h)
 				released = append(released, h)
 				continue
 			}

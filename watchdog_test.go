@@ -131,7 +131,8 @@ func TestExtendWithEndedContextChangesNothing(t *testing.T) {
 // A renewal that runs after our own release, while its reply is on the
 // way, finds the lock gone. That is no loss: Unlock succeeds, the lock's
 // context ends with ErrReleased, and a retried Unlock (the first reply was
-// lost) says nil too.
+// lost) says nil too. The Observer hears of the hold's end once: the
+// Unlock whose release the renewal met ended it (ReleaseEndEvent.Ended).
 func TestRenewalMeetingOwnRelease(t *testing.T) {
 	for _, lostReply := range []bool{false, true} {
 		name := map[bool]string{false: "slow reply", true: "lost reply"}[lostReply]
@@ -141,6 +142,7 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 			var l *Lock
 			var armed atomic.Bool
 			errLost := errors.New("reply lost")
+			rec := &recorder{}
 			c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
 				if !armed.CompareAndSwap(true, false) {
 					return nil
@@ -154,7 +156,7 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 					return errLost
 				}
 				return nil
-			}}})
+			}}}, WithObserver(rec))
 			// Renewed every 100-200 ms.
 			l = mustLock(t, c, "own-release", WithTTL(600*time.Millisecond))
 			armed.Store(true)
@@ -171,6 +173,7 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 			if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
 				t.Errorf("the lock's context ended with %v, want ErrReleased", cause)
 			}
+			checkEndedOnce(t, rec, false)
 		})
 	}
 }

@@ -28,6 +28,7 @@
 //	dlock.acquisitions       counter     how they ended (dlock.outcome: acquired, degraded, not_obtained, canceled, error)
 //	dlock.acquire.duration   histogram   how long they took, waiting included, in seconds
 //	dlock.acquire.pending    updown      calls waiting or under way now
+//	dlock.hold.active        updown      locks held now by this process (a hold of n permits is one)
 //	dlock.hold.duration      histogram   how long locks were held, at their last Unlock, in seconds
 //	dlock.releases           counter     Unlock calls (dlock.outcome: released, not_held, error)
 //	dlock.renewals           counter     watchdog renewals (dlock.outcome: renewed, not_held, no_answer)
@@ -129,6 +130,7 @@ type Observer struct {
 	acquisitions metric.Int64Counter
 	wait         metric.Float64Histogram
 	pending      metric.Int64UpDownCounter
+	held         metric.Int64UpDownCounter // +1 a grant, -1 its Lost or its Unlock that ended it
 	hold         metric.Float64Histogram
 	releases     metric.Int64Counter
 	renewals     metric.Int64Counter
@@ -190,6 +192,10 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Lock and TryLock calls waiting or under way."), metric.WithUnit("{call}"))
 	check("dlock.acquire.pending", err)
 	o.pending = pending
+	held, err := m.Int64UpDownCounter("dlock.hold.active",
+		metric.WithDescription("Locks held now (a hold of n permits counts once)."), metric.WithUnit("{lock}"))
+	check("dlock.hold.active", err)
+	o.held = held
 	o.hold = histogram("dlock.hold.duration", "How long locks were held, measured at their last Unlock.", DefaultHoldBuckets)
 	o.releases = counter("dlock.releases", "Unlock calls by outcome.", "{call}")
 	o.renewals = counter("dlock.renewals", "Lease renewals by the watchdog, by outcome.", "{renewal}")
@@ -212,11 +218,15 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 	return context.WithValue(ctx, spanKey{o}, span)
 }
 
-// AcquireEnd records the outcome and the wait, and ends the span.
+// AcquireEnd records the outcome and the wait (a granted lock counts as
+// held), and ends the span.
 func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	out := e.Outcome.String()
 	o.pending.Add(ctx, -1, metric.WithAttributes(g, k))
+	if e.Outcome == dlock.AcquireOK || e.Outcome == dlock.AcquireDegraded {
+		o.held.Add(ctx, 1, metric.WithAttributes(g, k))
+	}
 	attrs := metric.WithAttributes(g, k, Mode.String(labels.Mode(e.Wait)), Outcome.String(out))
 	o.acquisitions.Add(ctx, 1, attrs)
 	o.wait.Record(ctx, e.WaitTime.Seconds(), attrs)
@@ -248,11 +258,15 @@ func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) 
 }
 
 // ReleaseEnd records the outcome and, for the last Unlock of a lock, its
-// hold time, and ends the span.
+// hold time (an Unlock that ended the hold, Ended, counts it held no
+// more), and ends the span.
 func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	out := e.Outcome.String()
 	o.releases.Add(ctx, 1, metric.WithAttributes(g, k, Outcome.String(out)))
+	if e.Ended {
+		o.held.Add(ctx, -1, metric.WithAttributes(g, k))
+	}
 	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
 		o.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(g, k))
 	}
@@ -270,10 +284,11 @@ func (o *Observer) Renew(e dlock.RenewEvent) {
 	o.renewals.Add(context.Background(), 1, metric.WithAttributes(g, k, Outcome.String(e.Outcome.String())))
 }
 
-// Lost counts a lost lock.
+// Lost counts a lost lock, held no more.
 func (o *Observer) Lost(e dlock.LostEvent) {
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	o.lost.Add(context.Background(), 1, metric.WithAttributes(g, k, Reason.String(e.Reason.String())))
+	o.held.Add(context.Background(), -1, metric.WithAttributes(g, k))
 }
 
 // spanKey keys the span an Observer's AcquireStart or ReleaseStart began

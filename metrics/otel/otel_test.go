@@ -243,6 +243,19 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 
 // WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
 // later count as "other".
+func TestHoldActiveBackToZeroOnEveryPath(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic.Start(t, obs).Held(func(kind string) float64 {
+		return collect(t, reader, "dlock.hold.active")["dlock.key.group=held,dlock.kind="+kind].value
+	})
+}
+
 func TestKeyGroups(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -25,6 +25,7 @@
 //	dlock_acquisitions_total{group,kind,mode,outcome}      how they ended: acquired, degraded, not_obtained, canceled, error
 //	dlock_acquire_wait_seconds{group,kind,mode,outcome}    how long they took, waiting included (histogram)
 //	dlock_acquires_in_flight{group,kind}                   calls waiting or under way now
+//	dlock_locks_held{group,kind}                           locks held now by this process (a hold of n permits is one)
 //	dlock_hold_seconds{group,kind}                         how long locks were held, at their last Unlock (histogram)
 //	dlock_releases_total{group,kind,outcome}               Unlock calls: released, not_held, error
 //	dlock_renewals_total{group,kind,outcome}               watchdog renewals: renewed, not_held, no_answer
@@ -99,6 +100,7 @@ type Observer struct {
 	acquisitions *prometheus.CounterVec
 	wait         *prometheus.HistogramVec
 	inFlight     *prometheus.GaugeVec
+	held         *prometheus.GaugeVec // +1 a grant, -1 its Lost or its Unlock that ended it
 	hold         *prometheus.HistogramVec
 	releases     *prometheus.CounterVec
 	renewals     *prometheus.CounterVec
@@ -153,13 +155,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: cfg.namespace, Name: "acquires_in_flight", Help: "Lock and TryLock calls waiting or under way.", ConstLabels: cfg.constLabels,
 		}, []string{"group", "kind"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: cfg.namespace, Name: "locks_held", Help: "Locks held now (a hold of n permits counts once).", ConstLabels: cfg.constLabels,
+		}, []string{"group", "kind"}),
 		hold:      histogram("hold_seconds", "How long locks were held, measured at their last Unlock.", cfg.holdBuckets, "group", "kind"),
 		releases:  counter("releases_total", "Unlock calls by outcome.", "group", "kind", "outcome"),
 		renewals:  counter("renewals_total", "Lease renewals by the watchdog, by outcome.", "group", "kind", "outcome"),
 		lost:      counter("lost_total", "Locks lost while held, by reason.", "group", "kind", "reason"),
 		reentries: counter("reentries_total", "Re-entries of held locks, by outcome.", "group", "kind", "outcome"),
 	}
-	o.metrics = []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.hold, o.releases, o.renewals, o.lost, o.reentries}
+	o.metrics = []prometheus.Collector{o.attempts, o.acquisitions, o.wait, o.inFlight, o.held, o.hold, o.releases, o.renewals, o.lost, o.reentries}
 	errs = append(errs, checkDescs(o.metrics))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dlock/metrics/prometheus: %w: %w", dlock.ErrInvalidOption, err)
@@ -222,10 +227,14 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 	return ctx
 }
 
-// AcquireEnd counts the outcome and observes the wait.
+// AcquireEnd counts the outcome and observes the wait; a granted lock
+// counts as held.
 func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
 	g, k, m, out := o.groups.Group(e.Key), labels.Kind(e.Kind), labels.Mode(e.Wait), e.Outcome.String()
 	o.inFlight.WithLabelValues(g, k).Dec()
+	if e.Outcome == dlock.AcquireOK || e.Outcome == dlock.AcquireDegraded {
+		o.held.WithLabelValues(g, k).Inc()
+	}
 	o.acquisitions.WithLabelValues(g, k, m, out).Inc()
 	o.wait.WithLabelValues(g, k, m, out).Observe(e.WaitTime.Seconds())
 }
@@ -242,10 +251,14 @@ func (o *Observer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) 
 }
 
 // ReleaseEnd counts the outcome and, for the last Unlock of a lock,
-// observes its hold time.
+// observes its hold time; an Unlock that ended the hold (Ended) counts it
+// held no more.
 func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
 	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
 	o.releases.WithLabelValues(g, k, e.Outcome.String()).Inc()
+	if e.Ended {
+		o.held.WithLabelValues(g, k).Dec()
+	}
 	if e.Level == 1 && e.Outcome != dlock.ReleaseError {
 		o.hold.WithLabelValues(g, k).Observe(e.Held.Seconds())
 	}
@@ -256,7 +269,9 @@ func (o *Observer) Renew(e dlock.RenewEvent) {
 	o.renewals.WithLabelValues(o.groups.Group(e.Key), labels.Kind(e.Kind), e.Outcome.String()).Inc()
 }
 
-// Lost counts a lost lock.
+// Lost counts a lost lock, held no more.
 func (o *Observer) Lost(e dlock.LostEvent) {
-	o.lost.WithLabelValues(o.groups.Group(e.Key), labels.Kind(e.Kind), e.Reason.String()).Inc()
+	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
+	o.lost.WithLabelValues(g, k, e.Reason.String()).Inc()
+	o.held.WithLabelValues(g, k).Dec()
 }

@@ -158,6 +158,17 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	}
 }
 
+func TestLocksHeldBackToZeroOnEveryPath(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	obs, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic.Start(t, obs).Held(func(kind string) float64 {
+		return scrape(t, reg, "dlock_locks_held")["group=held,kind="+kind].value
+	})
+}
+
 func TestKeyGroups(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	obs, err := dlockprom.New(reg, dlockprom.WithNamespace("app_locks"),

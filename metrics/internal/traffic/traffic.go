@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ const (
 type Generator struct {
 	t   testing.TB
 	rdb *redis.Client
+	obs dlock.Observer
 	// Locks is the client the traffic goes through, reporting to the
 	// observer under test.
 	Locks *dlock.Client
@@ -74,7 +76,7 @@ func Start(t testing.TB, obs dlock.Observer) *Generator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = locks.Close() })
-	return &Generator{t: t, rdb: rdb, Locks: locks}
+	return &Generator{t: t, rdb: rdb, obs: obs, Locks: locks}
 }
 
 // Orders locks "order:0", "order:1" and "order:2" with Do under ctx, one
@@ -234,6 +236,147 @@ func (g *Generator) Kinds(pending, renewals, lost func(kind string) float64) {
 	// No Unlock: the permit's lease may not have run out in Redis yet, so
 	// its outcome (released or not_held) would depend on timing.
 }
+
+// Held takes locks in group "held" and ends each hold another way: a
+// plain Unlock; an Unlock after the Client's Close (which reports the lock
+// lost, and leaves its key for the Unlock to remove); an Unlock that fails
+// (the lock is given up) and is tried again and succeeds; Do, once plainly
+// and once with a release that fails; a loss found by the watchdog (the
+// lease runs out unrenewed), then Unlock; a re-entry and its two Unlocks;
+// a Semaphore's hold of 2 permits. held reads the test's gauge of locks
+// held (by kind, in group "held"): Held fails the test unless it reads 1
+// while each lock is held and 0 after each hold ended.
+func (g *Generator) Held(held func(kind string) float64) {
+	g.t.Helper()
+	ctx := context.Background()
+	want := func(kind string, n float64, when string) {
+		g.t.Helper()
+		if got := held(kind); got != n {
+			g.t.Errorf("locks held (%s) %s = %v, want %v", kind, when, got, n)
+		}
+	}
+	lock := func(c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lock {
+		g.t.Helper()
+		l, err := c.Lock(ctx, key, opts...)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		want("lock", 1, "while "+key+" is held")
+		return l
+	}
+
+	if err := lock(g.Locks, "held:plain").Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 0, "after Unlock")
+
+	// Its own Client, as Close ends it; the deferred Unlock of a handler
+	// that closed it.
+	closing, err := dlock.New(g.rdb, dlock.WithObserver(g.obs))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	l := lock(closing, "held:closed")
+	if err := closing.Close(); err != nil {
+		g.t.Fatal(err)
+	}
+	_ = l.Unlock(ctx) // released: Close left the key
+	want("lock", 0, "after Close and Unlock")
+
+	// A release whose reply is lost: given up, then released by a retry.
+	failing, fail := failingReleases(g.t, g.rdb.Options().Addr, g.obs)
+	l = lock(failing, "held:retried")
+	fail()
+	if err := l.Unlock(ctx); err == nil {
+		g.t.Fatal("Unlock with its release failing = nil")
+	}
+	want("lock", 0, "after a failed Unlock")
+	if err := l.Unlock(ctx); err != nil {
+		g.t.Fatalf("Unlock again = %v", err)
+	}
+	want("lock", 0, "after a failed Unlock and its retry")
+
+	err = g.Locks.Do(ctx, "held:do", func(context.Context) error { want("lock", 1, "in Do"); return nil })
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 0, "after Do")
+	err = failing.Do(ctx, "held:do-failing", func(context.Context) error { want("lock", 1, "in Do"); fail(); return nil })
+	if err == nil {
+		g.t.Fatal("Do with its release failing = nil")
+	}
+	want("lock", 0, "after Do with a failed release")
+
+	l = lock(g.Locks, "held:expired", dlock.WithTTL(shortTTL), dlock.WithoutRenewal())
+	// Its Context ends before the Observer hears of the loss.
+	testutil.WaitUntil(g.t, waitTimeout, "the loss to be counted", func() bool { return held("lock") == 0 })
+	_ = l.Unlock(ctx) // nil if the key outlived the lease trusted, within the drift margin
+	want("lock", 0, "after the lock was lost and unlocked")
+
+	l = lock(g.Locks, "held:reentered")
+	inner, err := g.Locks.Lock(l.Context(), "held:reentered")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 1, "after a re-entry")
+	if err := inner.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 1, "after the inner Unlock")
+	if err := l.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 0, "after the outer Unlock")
+
+	permits, err := g.Locks.Semaphore("held:sem", 3).Acquire(ctx, 2)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	want("semaphore", 1, "while 2 permits are held")
+	if err := permits.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	want("semaphore", 0, "after the permits' Unlock")
+}
+
+// failingReleases returns a Client on addr reporting to obs, and a function
+// after which its next script call fails, unanswered, as a release whose
+// reply was lost does.
+func failingReleases(t testing.TB, addr string, obs dlock.Observer) (*dlock.Client, func()) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var armed atomic.Bool
+	rdb.AddHook(failScripts{&armed})
+	c, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, func() { armed.Store(true) }
+}
+
+// failScripts fails the next script call once armed, after it ran.
+type failScripts struct{ armed *atomic.Bool }
+
+func (failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && f.armed.CompareAndSwap(true, false) {
+			err = errReplyLost
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+var errReplyLost = errors.New("reply lost")
 
 // CheckHolds fails the test unless the hold histogram of group "order"
 // (count and sum in seconds) shows the 3 holds of about Hold that Orders
