@@ -23,6 +23,25 @@ func resetStats(t *testing.T, rdb *redis.Client) {
 	}
 }
 
+// scriptsPerAttempt returns how many scripts one failing TryLock of "job"
+// by c runs on the server of fine once they are cached there, and resets
+// that server's statistics for what follows.
+func scriptsPerAttempt(t *testing.T, c *dlock.Client, fine *redis.Client) int {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.TryLock(ctx, "job"); err == nil {
+		t.Fatal("TryLock succeeded")
+	}
+	resetStats(t, fine) // the scripts are cached now
+	_, err := c.TryLock(ctx, "job")
+	once := scriptCalls(t, fine)
+	if err == nil || once == 0 {
+		t.Fatalf("TryLock = %v with %d script calls", err, once)
+	}
+	resetStats(t, fine)
+	return once
+}
+
 // A majority of nodes answering with an error that will not pass (the ACL
 // user may not run scripts or touch the lock's keys, the script command is
 // renamed away) is a configuration error: Lock returns it after one
@@ -62,16 +81,7 @@ func TestLockFailsAtOnceOnPermanentNodeErrors(t *testing.T) {
 			defer c.Close()
 			// Node 2 answers: it counts the attempts.
 			fine := cl.srvs[2].Client(t)
-			if _, err := c.TryLock(ctx, "job"); err == nil {
-				t.Fatal("TryLock succeeded")
-			}
-			resetStats(t, fine) // the scripts are cached now
-			_, err = c.TryLock(ctx, "job")
-			once := scriptCalls(t, fine)
-			if err == nil || once == 0 {
-				t.Fatalf("TryLock = %v with %d script calls on node 2", err, once)
-			}
-			resetStats(t, fine)
+			once := scriptsPerAttempt(t, c, fine)
 			// Long enough for a Lock that retries to give up on its own.
 			wctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
@@ -110,16 +120,7 @@ func TestLockRetriesWhileMajorityPossible(t *testing.T) {
 	defer c.Close()
 	cl.srvs[1].Kill(t)
 	fine := cl.srvs[2].Client(t)
-	if _, err := c.TryLock(ctx, "job"); err == nil {
-		t.Fatal("TryLock succeeded")
-	}
-	resetStats(t, fine) // the scripts are cached now
-	_, err = c.TryLock(ctx, "job")
-	once := scriptCalls(t, fine)
-	if err == nil || once == 0 {
-		t.Fatalf("TryLock = %v with %d script calls on node 2", err, once)
-	}
-	resetStats(t, fine)
+	once := scriptsPerAttempt(t, c, fine)
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err = c.Lock(wctx, "job")
