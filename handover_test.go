@@ -46,16 +46,19 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 	}{{"by message", false, true}, {"by message WithoutRenewal", false, false}, {"by check", true, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			byCheck := tc.byCheck
-			holder, rdb, _ := newTestClient(t)
-			c := newClientOn(t, rdb)
+			holder, rdb, srv := newTestClient(t)
+			// The waiter's first renewal may go a sixth of the lease after
+			// its last check, at the grant on a loaded machine: it is held
+			// until d is read, so that d is the hand-over's trust.
+			renewal := newHeldCall(nil)
+			renewal.arm()
+			c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): renewal.run}})
 			if byCheck {
 				c.be.(*node).wake.close() // no pub/sub: the waiter learns by checking, every second
 			}
 			ctx := context.Background()
 			a := mustLock(t, holder, "trust", WithTTL(time.Minute))
-			// With renewal, the queue TTL's lease (the same), renewed a
-			// second or so after the waiter's last check: well after d is
-			// read.
+			// With renewal, the queue TTL's lease (the same).
 			const ttl = 3 * time.Second
 			opts := []LockOption{WithTTL(ttl)}
 			if !tc.renew {
@@ -67,6 +70,7 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 			if err := a.Unlock(ctx); err != nil { // handed over to the waiter now
 				t.Fatal(err)
 			}
+			defer renewal.release()
 			l := receiveLock(t, got, 5*time.Second, "hand-over")
 			defer l.Unlock(ctx)
 			d := c.dog.deadline(l.h)
