@@ -180,7 +180,7 @@ func (b *batcher) send(batch []*batchCall) {
 		}
 		_, _ = pipe.Exec(ctx)
 		for _, c := range batch {
-			if isNoScript(c.cmd.Err()) {
+			if backend.NoScript(c.cmd.Err()) {
 				c.cmd = c.call.retry(ctx, b.rdb, c.cmd)
 			}
 			if ctx.Err() != nil && errors.Is(c.cmd.Err(), context.DeadlineExceeded) {

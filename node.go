@@ -50,7 +50,7 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewe
 	// fail the renewals on a healthy master until their locks are lost.
 	var again redis.Pipeliner
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if backend.NoScript(cmd.Err()) {
 			if again == nil {
 				again = n.rdb.Pipeline()
 			}

@@ -360,7 +360,7 @@ func (a *acker) exec(ctx context.Context, conn masterConn, calls []*call, wait b
 			}
 		}
 		for _, c := range todo {
-			if isNoScript(c.cmd.Err()) {
+			if backend.NoScript(c.cmd.Err()) {
 				again = append(again, c)
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 //go:embed lua/*.lua
@@ -73,7 +75,7 @@ type processor interface {
 func (s *evalCall) run(ctx context.Context, rdb processor, keys []any, args ...any) *redis.Cmd {
 	cmd := s.cmd(ctx, keys, args...)
 	_ = rdb.Process(ctx, cmd)
-	if isNoScript(cmd.Err()) {
+	if backend.NoScript(cmd.Err()) {
 		return s.retry(ctx, rdb, cmd)
 	}
 	return cmd

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -725,7 +724,3 @@ func (w *watchdog) renew(due []*hold) {
 // errRenewPanicked is the error of the renewals of a batch whose round
 // trip panicked.
 var errRenewPanicked = errors.New("renewal panicked")
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -128,7 +127,7 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewa
 		return cmds, err
 	}
 	cmds, err := run()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if backend.NoScript(err) {
 		// The node lost its script cache (a restart, SCRIPT FLUSH).
 		if lerr := extendScript.Load(ctx, rdb).Err(); lerr != nil {
 			return nil, lerr

@@ -7,6 +7,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// WrongType reports whether err is Redis's answer that a key holds
+// another kind of value than a lock's. Before Redis 7.0 an error raised in
+// a script comes after the script's own "ERR Error running script", so the
+// reply is searched, not matched at its start.
+func WrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE") && errors.As(err, new(redis.Error))
+}
+
+// NoScript reports whether err is Redis's answer that it does not have a
+// script cached (a restart, SCRIPT FLUSH, a promoted replica: scripts are
+// not replicated): the command did not run, and runs once sent with the
+// script itself.
+func NoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
 // CannotServe reports whether err is the answer of a Redis server that
 // cannot serve the lock for now, though it may soon: loading its data, a
 // replica or a master cut off from its replicas, one out of memory (until
@@ -37,6 +53,5 @@ func Permanent(err error) bool {
 	if !errors.As(err, &re) || errors.Is(err, redis.Nil) || CannotServe(err) {
 		return false
 	}
-	msg := re.Error()
-	return !strings.HasPrefix(msg, "NOSCRIPT") && (!strings.HasPrefix(msg, "ERR Error running script") || WrongType(err))
+	return !NoScript(re) && (!strings.HasPrefix(re.Error(), "ERR Error running script") || WrongType(err))
 }
