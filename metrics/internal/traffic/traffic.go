@@ -347,7 +347,7 @@ func failingReleases(t testing.TB, addr string, obs dlock.Observer) (*dlock.Clie
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var armed atomic.Bool
-	rdb.AddHook(failScripts{&armed})
+	rdb.AddHook(failScripts{armed: &armed})
 	c, err := dlock.New(rdb, dlock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
@@ -357,9 +357,10 @@ func failingReleases(t testing.TB, addr string, obs dlock.Observer) (*dlock.Clie
 }
 
 // failScripts fails the next script call once armed, after it ran.
-type failScripts struct{ armed *atomic.Bool }
-
-func (failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+type failScripts struct {
+	testutil.PassHook
+	armed *atomic.Bool
+}
 
 func (f failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -370,10 +371,6 @@ func (f failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
-}
-
-func (failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 var errReplyLost = errors.New("reply lost")
