@@ -592,6 +592,9 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 				why = "held for its max hold" // no lease: WithMaxHold's deadline
 			case !h.renewUntil.IsZero() && !now.Before(h.renewUntil):
 				why = "held for its max hold: renewed no more, its lease ran out"
+			case !h.renew:
+				// No renewal was due: none failed.
+				why = "its fixed lease (WithoutRenewal) ran out"
 			}
 			if h.renewErr != nil && why == ranOut {
 				// Say why: a failover under way (READONLY), too few

@@ -70,7 +70,7 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		if w != nil {
 			// The release of this attempt's partial holds publishes its
 			// token, and the message can come before the attempt returns.
-			w.attempt(token)
+			w.attempt()
 		}
 		start := time.Now()
 		res := b.try(ctx, r, k, token)
@@ -130,7 +130,6 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 		// waiters wake each other in a loop.
 		var wake <-chan struct{}
 		if w != nil {
-			w.ignore(token)
 			var owners map[string]int
 			if res.blocked {
 				owners, wake = res.owners, w.wake

@@ -297,12 +297,14 @@ func TestSuccessfulLockReachesTheSlowerNodesAfterTheCallerCancels(t *testing.T) 
 // grant the attempt never learns of), and holds back the release script
 // of key until gate is closed, as a release slow to reach the node: the
 // request is applied whenever it arrives, whatever its client's deadline.
+// With releasesOnly, the acquire scripts' replies come as usual.
 type lateAttempt struct {
 	testutil.PassHook
-	key      string
-	armed    atomic.Bool
-	heldBack atomic.Int32 // releases being held back
-	gate     chan struct{}
+	key          string
+	armed        atomic.Bool
+	heldBack     atomic.Int32 // releases being held back
+	gate         chan struct{}
+	releasesOnly bool
 }
 
 func (h *lateAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -311,15 +313,15 @@ func (h *lateAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !h.armed.Load() || len(a) < 5 || a[0] != "evalsha" || a[3] != lockKey(h.key) {
 			return next(ctx, cmd)
 		}
-		switch a[4] {
-		case lockKey(h.key) + ":fence":
+		switch {
+		case a[4] == lockKey(h.key)+":fence" && !h.releasesOnly:
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
 			<-ctx.Done() // the per-node timeout, or the attempt's own cancellation
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
-		case lockKey(h.key) + ":wake":
+		case a[4] == lockKey(h.key)+":wake":
 			h.heldBack.Add(1)
 			<-h.gate
 			return next(context.WithoutCancel(ctx), cmd)
@@ -430,6 +432,73 @@ func TestReleaseOfLateGrantsWakesTheWaiters(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock 5s after the late holds were released")
+	}
+}
+
+// A waiter whose earlier attempt's release is slow to reach a majority is
+// refused by its own leftover holds: that release must wake it as any
+// blocker's does, not leave it asleep until those holds' lease runs out.
+func TestOwnLateReleaseWakesTheWaiter(t *testing.T) {
+	cl := startCluster(t, 5)
+	ctx := context.Background()
+	late := &lateAttempt{key: "own", gate: make(chan struct{}), releasesOnly: true}
+	var nodes []redis.UniversalClient
+	for i, srv := range cl.srvs {
+		rdb := nodeClient(srv.Addr())
+		if i < 2 {
+			rdb.AddHook(late) // nodes 0 and 1 hold the releases back
+		}
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	// A per-node timeout that a loaded machine's replies fit in, so that
+	// each attempt is refused as planned.
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var once sync.Once
+	open := func() { once.Do(func() { close(late.gate) }) }
+	t.Cleanup(open) // before c.Close, which waits for the held-back releases
+	count := &countAcquires{key: "own"}
+	nodes[4].(*redis.Client).AddHook(count)
+	mustLock(t, c, "warm").Unlock(ctx) // the nodes cache the scripts
+
+	// Nodes 2-4 are held by three other owners: the first attempt gets
+	// nodes 0 and 1, no majority, and is blocked. Its release of nodes 0
+	// and 1 is held back.
+	for i, tok := range []string{"z", "x", "y"} {
+		cl.holdOn(t, 2+i, "own", tok, time.Minute)
+	}
+	late.armed.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "own")
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 5*time.Second, "the first attempt's releases held back", func() bool {
+		return late.heldBack.Load() == 2
+	})
+	// Two of the others go: the second attempt (once subscribed on a
+	// majority) is refused by the first one's holds on nodes 0 and 1 (30 s
+	// leases) and by node 4.
+	for _, i := range []int{2, 3} {
+		cl.rdbs[i].Del(ctx, lockKey("own"))
+	}
+	waitUntil(t, 5*time.Second, "the waiter's second attempt", func() bool { return count.n.Load() >= 2 })
+	late.armed.Store(false)
+	open() // the releases reach nodes 0 and 1: a majority is free
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock 5s after its own leftover holds were released")
 	}
 }
 

@@ -287,14 +287,20 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int {
 // that nobody has a majority of 5.
 func (c *cluster) split(t *testing.T, key string, ttl time.Duration) {
 	t.Helper()
-	ctx := context.Background()
 	for i, tok := range []string{"x", "x", "y"} {
-		// ':at', as every grant writes: a hash without it is not a lock.
-		if err := c.rdbs[i].HSet(ctx, lockKey(key), tok, 1, ":at", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		c.rdbs[i].PExpire(ctx, lockKey(key), ttl)
+		c.holdOn(t, i, key, tok, ttl)
 	}
+}
+
+// holdOn makes owner tok hold key on node i for ttl.
+func (c *cluster) holdOn(t *testing.T, i int, key, tok string, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	// ':at', as every grant writes: a hash without it is not a lock.
+	if err := c.rdbs[i].HSet(ctx, lockKey(key), tok, 1, ":at", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.rdbs[i].PExpire(ctx, lockKey(key), ttl)
 }
 
 func TestFailedAttemptReleasesEverywhere(t *testing.T) {

@@ -78,12 +78,12 @@ type waiter struct {
 	h    *hub
 	c    *channel
 	wake chan struct{} // gets a value when the lock may have been released
-	self string        // guarded by hub.mu: the token of its last attempt
-	prev string        // guarded by hub.mu: the one before, whose message may come late
 	// Guarded by hub.mu. A release wakes w only if its token is one of the
 	// owners that refused w's last attempt (blockers): another waiter's
 	// release of its own failed attempt frees nothing that blocks w, and
-	// waking for it would make the waiters wake each other in a loop.
+	// waking for it would make the waiters wake each other in a loop. So
+	// does w's own release of an attempt, unless it is the late release of
+	// an earlier attempt whose holds refused the last one.
 	// Releases that come while an attempt is under way (trying) are kept
 	// in released until that attempt's refusals are known.
 	trying   bool
@@ -91,22 +91,11 @@ type waiter struct {
 	released []string
 }
 
-// ignore makes w ignore the release messages of its own attempts' tokens:
-// this one and the previous one.
-func (w *waiter) ignore(token string) {
-	w.h.mu.Lock()
-	if w.self != token {
-		w.prev, w.self = w.self, token
-	}
-	w.h.mu.Unlock()
-}
-
-// attempt records that w begins an attempt with token. A wake-up pending
+// attempt records that w begins an attempt. A wake-up pending
 // from before is dropped: the attempt checks the lock after it (a release
 // publishes on every node it frees, and the messages after the first must
 // not wake w again once this attempt found the lock taken).
-func (w *waiter) attempt(token string) {
-	w.ignore(token)
+func (w *waiter) attempt() {
 	w.h.mu.Lock()
 	w.trying, w.blockers, w.released = true, nil, nil
 	select {
@@ -243,22 +232,18 @@ func (h *hub) markDirty() {
 	}
 }
 
-// wakeAll wakes the waiters of c. A release by token self wakes only
-// those that it blocked (not the one whose own release it is). Called with
-// mu held.
-func (h *hub) wakeAll(c *channel, self string) {
+// wakeAll wakes the waiters of c. A release by token wakes only those
+// that it blocked; "" wakes them all. Called with mu held.
+func (h *hub) wakeAll(c *channel, token string) {
 	h.seq++
 	c.gen = h.seq
 	for w := range c.waiters {
-		if self != "" {
-			if w.self == self || w.prev == self {
-				continue
-			}
+		if token != "" {
 			if w.trying {
-				w.released = append(w.released, self)
+				w.released = append(w.released, token)
 				continue
 			}
-			if _, ok := w.blockers[self]; !ok {
+			if _, ok := w.blockers[token]; !ok {
 				continue
 			}
 		}
