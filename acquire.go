@@ -20,16 +20,24 @@ import (
 // error wrapping its Context's cause, ErrReleased or ErrLockLost).
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
-// A waiter that gives up leaves the queue before it returns: on Redis
-// Cluster, while the lock's slot is being migrated, that can take until
-// the migration ends (up to 5 s) past ctx's end.
+// A waiter that gives up leaves the queue before it returns, and releases
+// what its last check may have taken: if Redis does not answer, that
+// release is waited for up to 5 s past ctx's end (after a check still on
+// its way, up to 10 s more; go-redis honours these deadlines only with
+// Options.ContextTimeoutEnabled), so a ctx deadline does not bound Lock
+// while Redis hangs. On Redis Cluster, while the lock's slot is being
+// migrated, leaving can take until the migration ends (up to 5 s) past
+// ctx's end.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }
 
 // TryLock makes one attempt and returns an error wrapping ErrNotObtained if
 // the lock is held by someone else (or others are queued for it). A context
-// derived from a held lock's Context re-enters it, as with Lock.
+// derived from a held lock's Context re-enters it, as with Lock. An attempt
+// whose reply does not come (an error, or ctx ended) may have taken the
+// lock: TryLock releases it before it returns, which, while Redis does not
+// answer, takes as long past ctx's end as it does for Lock.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, false, nil, opts)
 }

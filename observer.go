@@ -195,7 +195,7 @@ type LostReason uint8
 // Reasons a lock is lost.
 const (
 	LostNotHeld       LostReason = iota // a renewal (or Extend, TTL) found another owner or none
-	LostExpired                         // the lease ran out before a renewal got through
+	LostExpired                         // the lease ran out before a renewal got through, or a fixed one (WithoutRenewal, WithMaxHold) ran out
 	LostClosed                          // the Client was closed while the lock was held
 	LostReleaseFailed                   // the release failed (Unlock or Do): renewal stops, the lease runs out in Redis unless the release ran
 )

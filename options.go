@@ -46,8 +46,9 @@ type clientConfig struct {
 
 // WithPrefix sets the prefix of all keys and channels (default "dlock:").
 // Clients that must exclude each other need the same prefix. It may not
-// contain '{': the lock's name wraps the key in braces, the Redis Cluster
-// hash tag.
+// be empty, nor contain '{': the lock's name wraps the key in braces, the
+// Redis Cluster hash tag. New refuses such a prefix with an error wrapping
+// ErrInvalidOption.
 func WithPrefix(prefix string) Option {
 	return func(c *clientConfig) { c.prefix = prefix }
 }
@@ -140,7 +141,8 @@ func WithoutRenewal() LockOption {
 // then lost when the last lease runs out. A degraded lock
 // (WithDegradedMode), which has no lease, is lost once held for d. It
 // needs renewal: with WithoutRenewal, Lock returns an error wrapping
-// ErrInvalidOption.
+// ErrInvalidOption. A d of 0 sets no limit, as without the option; a
+// negative d is an error wrapping ErrInvalidTTL.
 func WithMaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.maxHold = d }
 }

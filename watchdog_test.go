@@ -938,3 +938,15 @@ func TestExtendClearsFailedRenewalCause(t *testing.T) {
 		t.Fatalf("cause = %v, want ErrLockLost, without the renewal error the Extend came after", cause)
 	}
 }
+
+// A fixed lease (WithoutRenewal) that runs out says so: the cause must not
+// send its holder looking for renewals that failed, since none was made.
+func TestFixedLeaseRunOutSaysItWasFixed(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	l := mustLock(t, c, "fixed-cause", WithTTL(50*time.Millisecond), WithoutRenewal())
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "renew") || !strings.Contains(cause.Error(), "WithoutRenewal") {
+		t.Fatalf("cause = %v, want ErrLockLost saying the fixed lease (WithoutRenewal) ran out", cause)
+	}
+}
