@@ -38,7 +38,10 @@ type child struct {
 	// Linux each handle holds a pidfd, so one that has exited since is not
 	// signalled even if another process got its PID.
 	started []*os.Process
-	done    chan struct{} // closed when the command has exited and been reaped
+	// left is, when the command in a group of its own has exited during a
+	// stop, the processes of its group that had not yet (running).
+	left []*os.Process
+	done chan struct{} // closed when the command has exited and been reaped
 	// jobSigs gets SIGTSTP and SIGCONT for a command in a group of its own
 	// (supervise), caught from before it started: a Ctrl-Z that comes as it
 	// starts must stop it too. nil in a shared group.
@@ -84,12 +87,17 @@ func (c *child) signal(sig syscall.Signal) {
 		return
 	}
 	// Found before the command is signalled: once it exits, they are
-	// no longer its descendants.
-	if ds := descendants(c.cmd.Process.Pid); len(ds) > 0 {
-		c.forget()
-		for _, pid := range ds {
-			if p, err := os.FindProcess(pid); err == nil {
-				c.started = append(c.started, p)
+	// no longer its descendants. Once it is reaped, its PID may be another
+	// process's: those started before stay as they were.
+	select {
+	case <-c.done:
+	default:
+		if ds := descendants(c.cmd.Process.Pid); len(ds) > 0 {
+			c.forget()
+			for _, pid := range ds {
+				if p, err := os.FindProcess(pid); err == nil {
+					c.started = append(c.started, p)
+				}
 			}
 		}
 	}
@@ -100,11 +108,55 @@ func (c *child) signal(sig syscall.Signal) {
 }
 
 // forget lets go of the handles of the processes the command had started.
-func (c *child) forget() {
-	for _, p := range c.started {
+func (c *child) forget() { c.started = releaseAll(c.started) }
+
+// releaseAll lets go of the handles ps, and returns ps emptied.
+func releaseAll(ps []*os.Process) []*os.Process {
+	for _, p := range ps {
 		_ = p.Release()
 	}
-	c.started = c.started[:0]
+	return ps[:0]
+}
+
+// running reports whether a process of the command's own process group,
+// or of the processes it had started when it was last signalled, has yet
+// to exit. A zombie has exited: one whose parent reaps nothing stays in the
+// group (dlock as a container's PID 1 inherits the command's orphans).
+func (c *child) running() bool {
+	if c.pgid == 0 {
+		return anyRunning(c.started)
+	}
+	if syscall.Kill(-c.pgid, 0) == syscall.ESRCH {
+		return false
+	}
+	if anyRunning(c.left) {
+		return true
+	}
+	// Those seen before have exited: look again, for any they started
+	// since (and the first time, once the command has exited).
+	c.left = releaseAll(c.left)
+	pids, ok := groupMembers(c.pgid)
+	if !ok {
+		return true // as the kernel says
+	}
+	for _, pid := range pids {
+		if p, err := os.FindProcess(pid); err == nil {
+			c.left = append(c.left, p)
+		}
+	}
+	return anyRunning(c.left)
+}
+
+// anyRunning reports whether a process of ps has yet to exit.
+func anyRunning(ps []*os.Process) bool {
+	for _, p := range ps {
+		// The handle (a pidfd on Linux) keeps the PID p's while p is a
+		// zombie, which has exited.
+		if p.Signal(syscall.Signal(0)) == nil && !exitedProcess(p.Pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // kill sends SIGKILL to what is left of the command's own process group,
@@ -112,6 +164,7 @@ func (c *child) forget() {
 func (c *child) kill() {
 	if c.pgid > 0 {
 		_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
+		c.left = releaseAll(c.left)
 		return
 	}
 	for _, p := range c.started {
@@ -143,6 +196,11 @@ func lossCause(l *dlock.Lock) error {
 	return cause
 }
 
+// leftoverPoll is how often supervise looks whether the processes a
+// stopped command started have exited: nothing tells when a process group
+// has emptied.
+const leftoverPoll = 20 * time.Millisecond
+
 // supervise waits for the command to exit, forwarding signals to it, and
 // stops it if the lock is lost or maxHold (if positive) passes: SIGTERM,
 // then SIGKILL after grace. It returns the cause of the stop (errMaxHold
@@ -151,7 +209,8 @@ func lossCause(l *dlock.Lock) error {
 func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Signal, grace, maxHold time.Duration) error {
 	lockDone := l.Done()
 	var lost error
-	var graceC, holdC <-chan time.Time
+	var graceC, holdC, leftC <-chan time.Time
+	done := ch.done // nil once the command exited before the processes it started
 	// killed is set once --grace ran out: SIGKILL was sent, but the
 	// SIGTERM may have ended the command already (at once, with --grace 0).
 	killed := false
@@ -201,7 +260,7 @@ func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Si
 	}
 	for {
 		select {
-		case <-ch.done:
+		case <-done:
 			if lost == nil && l.Context().Err() != nil {
 				// Lost as the command ended (select picks either): it may
 				// have been first, so report it, as Do does.
@@ -210,7 +269,21 @@ func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Si
 			if killed && ch.status() == 128+int(syscall.SIGKILL) {
 				note("dlock: the command did not exit within --grace %v: SIGKILL ended it\n", grace)
 			}
+			if graceC != nil && ch.running() {
+				// The SIGTERM ended the command (a shell) before what it
+				// started (its program, still shutting down): they got
+				// the SIGTERM together, and have the same --grace.
+				done = nil
+				poll := time.NewTicker(leftoverPoll)
+				defer poll.Stop()
+				leftC = poll.C
+				continue
+			}
 			return lost
+		case <-leftC:
+			if !ch.running() {
+				return lost
+			}
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			if ch.pgid == 0 && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
@@ -233,6 +306,10 @@ func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Si
 		case <-graceC:
 			graceC, killed = nil, true
 			ch.signal(syscall.SIGKILL) // told of once it is gone, if it ended it
+			if done == nil {
+				note("dlock: what the command started did not exit within --grace %v: SIGKILL ended it\n", grace)
+				return lost
+			}
 		}
 	}
 }

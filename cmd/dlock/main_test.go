@@ -108,10 +108,16 @@ type proc struct {
 // reaped when the test ends, if it still runs.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startProgram(t, env, dlockBin, args...)
+}
+
+// startProgram is start for a program that runs dlock (unshare, say).
+func startProgram(t *testing.T, env []string, program string, args ...string) *proc {
+	t.Helper()
 	if env == nil {
 		env = baseEnv()
 	}
-	p := &proc{cmd: exec.Command(dlockBin, args...), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(program, args...), done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// The command of `dlock run` inherits these pipes in a process group of

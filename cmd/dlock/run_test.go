@@ -228,7 +228,7 @@ func TestRunNoWaitAndBoundedWait(t *testing.T) {
 
 // TestRunLostLockStopsCommand force-releases the lock of a running
 // command: dlock learns it at its next renewal, sends SIGTERM to the
-// command's process group, SIGKILLs what is left after the command exits,
+// command's process group, SIGKILLs what is left of it when --grace ends,
 // and exits with status 79.
 func TestRunLostLockStopsCommand(t *testing.T) {
 	t.Parallel()
@@ -237,7 +237,7 @@ func TestRunLostLockStopsCommand(t *testing.T) {
 	// The background sleep ignores SIGTERM: it must still not outlive dlock.
 	script := stoppableScript
 	p := start(t, baseEnv("LOG="+log, "PIDF="+pidFile),
-		"--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "20s", "lost", "--", "sh", "-c", script)
+		"--redis", sharedURL(), "--ttl", "600ms", "run", "--grace", "2s", "lost", "--", "sh", "-c", script)
 	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
 	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), "lost"); err != nil {
 		t.Fatal(err)
@@ -246,7 +246,8 @@ func TestRunLostLockStopsCommand(t *testing.T) {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
 	}
 	stderr := p.stderr.String()
-	for _, want := range []string{`lost the lock "lost"`, "SIGTERM", `lock "lost" was lost while the command ran`, "its status: 3"} {
+	for _, want := range []string{`lost the lock "lost"`, "SIGTERM", `lock "lost" was lost while the command ran`, "its status: 3",
+		"what the command started did not exit within --grace 2s: SIGKILL ended it"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
@@ -532,6 +533,96 @@ while :; do sleep 0.05; done`
 	}
 }
 
+// README: when the lock is lost or --max-hold passes, "COMMAND's process
+// group ... gets SIGTERM, then SIGKILL after --grace". A shell COMMAND
+// running its program in the foreground ends at the SIGTERM, while the
+// program shuts down in its own time: the program has --grace too, and
+// after --max-hold the lock stays dlock's until it is done.
+func TestRunStopGivesTheCommandsProcessesTheirGrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string // of run, before KEY
+		lose bool     // force-release the lock
+	}{
+		{"lost lock", []string{"--grace", "20s"}, true},
+		{"max hold", []string{"--max-hold", "300ms", "--grace", "20s"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			log, leaderFile, goFile := filepath.Join(dir, "log"), filepath.Join(dir, "leader"), filepath.Join(dir, "go")
+			key := testKey(t)
+			// The program cleans up on SIGTERM until the test says go.
+			program := `trap 'echo TERM >> "$LOG"; until [ -e "$GO" ]; do sleep 0.01; done; echo cleaned >> "$LOG"; exit 0' TERM
+echo started >> "$LOG"
+while :; do sleep 0.05; done`
+			args := append([]string{"--redis", sharedURL(), "--ttl", "600ms", "run"}, tc.args...)
+			p := start(t, baseEnv("LOG="+log, "GO="+goFile, "LEADER="+leaderFile, "PROGRAM="+program),
+				append(args, key, "--", "sh", "-c", `echo $$ > "$LEADER"; sh -c "$PROGRAM"; echo "the program exited $?"`)...)
+			t.Cleanup(func() { _ = os.WriteFile(goFile, nil, 0o644) }) // before dlock is killed, if the test fails
+			waitUntil(t, 10*time.Second, "the program to start", func() bool { return fileText(log) == "started\n" })
+			leader, err := strconv.Atoi(strings.TrimSpace(fileText(leaderFile)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.lose {
+				if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitUntil(t, 10*time.Second, "the shell to exit at the SIGTERM", func() bool { return processGone(leader) })
+			if !tc.lose {
+				if info := inspect(t, lockClient(t, shared.Addr()), key); !info.Held {
+					t.Errorf("lock free after --max-hold while the program still cleans up within --grace: %+v", info)
+				}
+			}
+			if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t); code != exitLockLost {
+				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+			}
+			if got := fileText(log); got != "started\nTERM\ncleaned\n" {
+				t.Errorf("program log %q: it was killed within --grace 20s, once the shell had exited; stderr:\n%s", got, p.stderr.String())
+			}
+			if strings.Contains(p.stderr.String(), "SIGKILL ended") {
+				t.Errorf("stderr tells of a SIGKILL:\n%s", p.stderr.String())
+			}
+			if info := inspect(t, lockClient(t, shared.Addr()), key); info.Held && !tc.lose {
+				t.Errorf("lock still held after dlock exited: %+v", info)
+			}
+		})
+	}
+}
+
+// dlock as PID 1 (a container's entrypoint) inherits the orphans of a
+// stopped shell COMMAND and reaps none: its program, once it has exited,
+// stays a zombie in the process group. A zombie is not a process shutting
+// down within --grace: dlock must not wait for it.
+func TestRunStopAsPIDOneDoesNotWaitForZombies(t *testing.T) {
+	t.Parallel()
+	// A PID namespace of its own, with its own /proc, makes dlock PID 1.
+	unshare := []string{"--pid", "--fork", "--mount-proc", "--kill-child"}
+	if out, err := exec.Command("unshare", append(unshare, "true")...).CombinedOutput(); err != nil {
+		t.Skipf("cannot run a process in a PID namespace of its own: %v %s", err, out)
+	}
+	const grace = 20 * time.Second
+	began := time.Now()
+	p := startProgram(t, nil, "unshare", append(unshare, dlockBin, "--redis", sharedURL(), "--ttl", "600ms",
+		"run", "--max-hold", "300ms", "--grace", grace.String(), testKey(t), "--",
+		"sh", "-c", `sh -c 'trap "exit 0" TERM; while :; do sleep 0.05; done'; echo "the program exited $?"`)...)
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if took := time.Since(began); took > grace/2 {
+		t.Errorf("dlock exited %v after it started, with --max-hold 300ms: it waited out --grace %v for a zombie; stderr:\n%s", took.Round(time.Millisecond), grace, p.stderr.String())
+	}
+	if strings.Contains(p.stderr.String(), "SIGKILL ended") {
+		t.Errorf("stderr tells of a SIGKILL:\n%s", p.stderr.String())
+	}
+}
+
 // README: "--meta TEXT is stored with the holder (default: COMMAND's
 // name)". A name the library would refuse as metadata (bytes that are not
 // UTF-8, a path over 1 KiB) is still a command dlock must run: the user
@@ -605,7 +696,7 @@ func TestRunLostLockWithBrokenStderr(t *testing.T) {
 	}
 	r.Close() // nobody will read dlock's stderr
 	cmd := exec.Command(dlockBin, "--redis", sharedURL(), "--ttl", "600ms",
-		"run", "--grace", "20s", "broken-stderr", "--", "sh", "-c", script)
+		"run", "--grace", "2s", "broken-stderr", "--", "sh", "-c", script)
 	cmd.Env = baseEnv("LOG="+log, "PIDF="+pidFile)
 	cmd.Stderr = w
 	if err := cmd.Start(); err != nil {
