@@ -36,6 +36,7 @@ func TestCluster(t *testing.T) {
 	t.Run("HandOverWakesWaiter", func(t *testing.T) { testClusterHandOver(t, cl) })
 	t.Run("Semaphore", func(t *testing.T) { testClusterSemaphore(t, cl) })
 	t.Run("RenewalsBatchedPerNode", func(t *testing.T) { testClusterRenewalBatches(t, cl) })
+	t.Run("ManyRenewalsEachOncePerRound", func(t *testing.T) { testClusterManyRenewals(t, cl) })
 	t.Run("ReplicaAckOnKeyNode", func(t *testing.T) { testClusterReplicaAck(t, cl, replicas) })
 	t.Run("SlotMigration", func(t *testing.T) { testClusterSlotMigration(t, cl) })
 	t.Run("MasterRestart", func(t *testing.T) { testClusterMasterRestart(t, cl) })
@@ -445,6 +446,132 @@ func testClusterRenewalBatches(t *testing.T, cl *redistest.Cluster) {
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// renewalTimes records when each lock name's renewal was sent, and the
+// pipelines that carried them.
+type renewalTimes struct {
+	mu    sync.Mutex
+	at    map[string][]time.Time
+	sizes []int       // renewals per pipeline, in order
+	sent  []time.Time // when each was sent
+}
+
+type renewalTimesHook struct {
+	testutil.PassHook
+	r *renewalTimes
+}
+
+func (h renewalTimesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		now := time.Now()
+		n := 0
+		h.r.mu.Lock()
+		for _, cmd := range cmds {
+			if sha, key := firstKey(cmd); sha == extendScript.Hash() {
+				h.r.at[key] = append(h.r.at[key], now)
+				n++
+			}
+		}
+		if n > 0 {
+			h.r.sizes = append(h.r.sizes, n)
+			h.r.sent = append(h.r.sent, now)
+		}
+		h.r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// Thousands of locks over every slot: each round's renewals go in one
+// pipeline per master, every lock renewed about every third of its lease,
+// none left out, none twice in a row; and a key another program turned
+// into another type (an error reply for its script) costs that lock only,
+// not the others in its pipeline.
+func testClusterManyRenewals(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(renewalTimesHook{r: rt}) })
+	c := newClientOn(t, cc)
+
+	const n, workers = 2000, 40
+	const ttl = 1200 * time.Millisecond
+	locks := make([]*Lock, n)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				l, err := c.Lock(ctx, fmt.Sprintf("many:%d", i), WithTTL(ttl))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				locks[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer func() {
+		for _, l := range locks {
+			_ = l.Unlock(ctx)
+		}
+	}()
+
+	victim := locks[0]
+	if err := cl.Client(t).Set(ctx, c.keys(victim.Key()).lock, "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-victim.Done():
+		if cause := context.Cause(victim.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", cause)
+		}
+	case <-time.After(ttl):
+		t.Fatal("the lock whose key changed type is still live a lease later")
+	}
+	waitUntil(t, 10*time.Second, "three renewals of every lock", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		for _, l := range locks[1:] {
+			if len(rt.at[c.keys(l.Key()).lock]) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	renewals := 0
+	for _, s := range rt.sizes {
+		renewals += s
+	}
+	t.Logf("%d renewals in %d pipelines", renewals, len(rt.sizes))
+	// Locks taken within a sixth of the lease of each other share rounds:
+	// the 2,000 end up in few pipelines.
+	if renewals < 100*len(rt.sizes) {
+		t.Errorf("%d renewals in %d pipelines: not batched", renewals, len(rt.sizes))
+	}
+	for _, l := range locks[1:] {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("%q lost: %v", l.Key(), context.Cause(l.Context()))
+		}
+		at := rt.at[c.keys(l.Key()).lock]
+		// A renewal is due a third of the lease after the last, and may
+		// go up to a sixth early to share a round trip: never twice within
+		// a round, never a round skipped.
+		for i := 1; i < len(at); i++ {
+			if d := at[i].Sub(at[i-1]); d < ttl/6-50*time.Millisecond || d > 2*ttl/3 {
+				t.Fatalf("%q renewed %v after its previous renewal, want about %v", l.Key(), d.Round(time.Millisecond), ttl/3)
+			}
 		}
 	}
 }
@@ -1041,7 +1168,9 @@ func proxiedToOneMaster(t *testing.T, cl *redistest.Cluster) (cc *redis.ClusterC
 // that stops answering this client (a partition; the cluster itself is
 // fine) must cost only the locks it serves: the locks on the other
 // masters are renewed there in time and must not be declared lost while
-// the round trip to the silent master waits for its timeout.
+// the round trip to the silent master waits for its timeout. The lock on
+// the silent master ends when its lease in Redis runs out, not later (it
+// could be someone else's then) and not a round trip timeout sooner.
 func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	cc, proxy, hung := proxiedToOneMaster(t, cl)
@@ -1052,7 +1181,7 @@ func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
 	healthy := cl.Nodes[0].Addr()
 	const ttl = 1500 * time.Millisecond
 	l := mustLock(t, c, byMaster[healthy][0], WithTTL(ttl))
-	mustLock(t, c, byMaster[hung][0], WithTTL(ttl)) // renewed in the same rounds
+	cut := mustLock(t, c, byMaster[hung][0], WithTTL(ttl)) // renewed in the same rounds
 	hc := redis.NewClient(&redis.Options{Addr: healthy})
 	defer hc.Close()
 	name := c.keys(l.Key()).lock
@@ -1060,17 +1189,52 @@ func TestClusterRenewalsOfHealthyMastersNotHeldBackByAHungOne(t *testing.T) {
 
 	proxy.Freeze()
 	t.Cleanup(proxy.Thaw)
-	// Several leases' worth of renewals reach the healthy master; the
-	// lock it serves must stay live all along.
 	deadline := time.Now().Add(3 * ttl)
+	// Read directly, past the proxy: no renewal reaches the key any more.
+	direct := redis.NewClient(&redis.Options{Addr: hung})
+	defer direct.Close()
+	before := time.Now()
+	left, err := direct.PTTL(ctx, c.keys(cut.Key()).lock).Result()
+	if err != nil || left <= 0 {
+		t.Fatalf("lease on the hung master: %v, %v", left, err)
+	}
+	expires := before.Add(left)
+	select {
+	case <-cut.Done():
+		ended := time.Now()
+		t.Logf("the hung master's lock ended %v before its lease there", expires.Sub(ended).Round(time.Millisecond))
+		// Late by no more than a timer's wake-up. Early by the drift
+		// margin and the last renewal's trip, or, if the freeze held back
+		// only the reply of a renewal Redis ran, by the time since the
+		// renewal before it: a third of the lease, up to half when it
+		// went early to share a round trip.
+		if late := ended.Sub(expires); late > 50*time.Millisecond {
+			t.Errorf("the hung master's lock ended %v after its lease there", late)
+		}
+		if early := expires.Sub(ended); early > ttl/2+50*time.Millisecond {
+			t.Errorf("the hung master's lock ended %v before its lease there", early)
+		}
+		if cause := context.Cause(cut.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", cause)
+		}
+	case <-time.After(left + time.Second):
+		t.Fatalf("the hung master's lock still live a second after its lease there")
+	}
+	// Several leases' worth of renewals reach the healthy master, each on
+	// time (due when a third of the lease has passed: the lease there
+	// never falls below a third); the lock it serves stays live all along.
+	lowest := ttl
 	waitUntil(t, 10*time.Second, "three leases to pass", func() bool {
 		if l.Context().Err() != nil {
 			t.Fatalf("lock on a healthy master declared lost (its lease there: %v): %v", hc.PTTL(ctx, name).Val(), context.Cause(l.Context()))
 		}
+		if d, err := hc.PTTL(ctx, name).Result(); err == nil {
+			lowest = min(lowest, d)
+		}
 		return time.Now().After(deadline)
 	})
-	if d, err := hc.PTTL(ctx, name).Result(); err != nil || d < ttl/3 {
-		t.Fatalf("lease on the healthy master: %v, %v", d, err)
+	if lowest < ttl/3 {
+		t.Fatalf("lease on the healthy master fell to %v: its renewals waited", lowest)
 	}
 }
 
@@ -1133,6 +1297,56 @@ func TestClusterHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T) {
 	proxy.Thaw()
 	cancel()
 	<-gotB
+}
+
+// A failover moves a lock's slot, and with it the sharded subscription
+// of its waiter: the demoted master ends it, and the waiter subscribes
+// again on the promoted replica, where the holder's release publishes the
+// hand-over. The holder's lease is long, so that the waiter does not check
+// again on its own: only that message wakes it within the bound.
+func TestClusterWaiterWokenAfterFailover(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	replica := cl.AddReplica(t, 0)
+	ctx := context.Background()
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	waiting := newClientOn(t, cl.Client(t), WithQueueTTL(time.Minute))
+	old := cl.Nodes[0].Addr()
+	key := "failed-over:0"
+	for i := 1; masterOf(t, cc, holder, key) != old; i++ {
+		key = fmt.Sprintf("failed-over:%d", i)
+	}
+	l := mustLock(t, holder, key, WithTTL(20*time.Second))
+	got := lockAsync(ctx, waiting, key)
+	k := holder.keys(key)
+	ch := waiting.wakeChannel(key)
+	on := redis.NewClient(&redis.Options{Addr: old})
+	defer on.Close()
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		subs, _ := on.PubSubShardNumSub(ctx, ch).Result()
+		return on.ZCard(ctx, k.queue).Val() == 1 && subs[ch] == 1
+	})
+	rc := replica.Client(t)
+	waitUntil(t, 5*time.Second, "the queue on the replica", func() bool {
+		return rc.Do(ctx, "READONLY").Err() == nil && rc.ZCard(ctx, k.queue).Val() == 1
+	})
+
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the waiter's subscription on the promoted replica", func() bool {
+		subs, _ := rc.PubSubShardNumSub(ctx, ch).Result()
+		return subs[ch] == 1
+	})
+	if l.Context().Err() != nil {
+		t.Fatalf("the held lock was lost across the failover: %v", context.Cause(l.Context()))
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the waiter returned before the release: %v", r.err)
+	default:
+	}
+	releaseAndWaitHandOver(t, l, got, "after the failover")
 }
 
 // While a lock's slot is being migrated, its five-name scripts get

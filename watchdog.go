@@ -473,10 +473,18 @@ func (w *watchdog) nextEvent(h *hold) time.Time {
 	return h.deadline
 }
 
-// renewDue reports whether the loop renews h at now. Called with mu held.
+// renewDue reports whether the loop renews h at now, if it sends a round
+// trip then (renewOverdue). Called with mu held.
 func (h *hold) renewDue(now time.Time) bool {
 	at, slack := h.renewAt()
 	return h.renew && !h.busy && !now.Before(at.Add(-slack))
+}
+
+// renewOverdue reports whether h's renewal is due at now, not only close
+// enough to go with another's. Called with mu held.
+func (h *hold) renewOverdue(now time.Time) bool {
+	at, _ := h.renewAt()
+	return h.renew && !h.busy && !now.Before(at)
 }
 
 // renewAt returns when h's renewal is due, and how much earlier it may go
@@ -580,6 +588,8 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 	default:
 	}
 	next = now.Add(time.Hour)
+	var ready []*hold // renewals due, or close enough to go with one
+	send := false     // one of them is to go now
 	for h := range w.holds {
 		if !now.Before(h.deadline) {
 			if lost == nil {
@@ -610,14 +620,29 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 			h.renew = false // WithMaxHold: let the lease run out.
 		}
 		// Renew up to a sixth of the trusted lease early so that locks
-		// taken at about the same time share one round trip.
+		// taken at about the same time share one round trip: only with
+		// one that goes anyway, due now or awaited by a Txn (awaitIdle).
+		// Were every look of the loop (one after each answer) to send
+		// those within a sixth, renewals would go in back-to-back round
+		// trips of a few each.
 		if h.renewDue(now) {
-			h.busy = true
-			due = append(due, h)
-		} else if !h.busy && h.idle != nil {
+			send = send || h.renewOverdue(now) || h.idle != nil
+			ready = append(ready, h)
+			continue
+		}
+		if !h.busy && h.idle != nil {
 			// Not renewed after all (WithMaxHold, or not due by this
 			// scan's clock): a Txn waiting for the renewal looks again.
 			w.finish(h)
+		}
+		if e := w.nextEvent(h); e.Before(next) {
+			next = e
+		}
+	}
+	for _, h := range ready {
+		if send {
+			h.busy = true
+			due = append(due, h)
 		}
 		if e := w.nextEvent(h); e.Before(next) {
 			next = e
@@ -680,7 +705,15 @@ func (w *watchdog) renew(due []*hold) {
 		watched++
 		switch outcomes[i].Outcome {
 		case backend.Held:
+			was := h.nextRenew
 			h.trust(start, rs[i].TTL)
+			if was.After(start) {
+				// Sent early, to share a round trip: the next is due a
+				// third of the lease after this one was, not after it
+				// went, or a lock renewed in rounds that follow one
+				// another would go early every time.
+				h.nextRenew = was.Add(rs[i].TTL / 3)
+			}
 		case backend.NotHeld:
 			if h.releasing {
 				// Our own release removed it (its reply is on the way, or

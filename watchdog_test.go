@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -948,5 +949,67 @@ func TestFixedLeaseRunOutSaysItWasFixed(t *testing.T) {
 	cause := context.Cause(l.Context())
 	if !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "renew") || !strings.Contains(cause.Error(), "WithoutRenewal") {
 		t.Fatalf("cause = %v, want ErrLockLost saying the fixed lease (WithoutRenewal) ran out", cause)
+	}
+}
+
+// A renewal goes up to a sixth of the lease early only to share a round
+// trip with one that is due. Locks taken in a steady stream each have a
+// renewal coming up at any time: were every look of the watchdog (one
+// after each renewal's answer) to send those within that sixth, each lock
+// would be renewed every sixth of its lease instead of every third: twice
+// the renewals, in back-to-back round trips of a few each.
+func TestSteadyStreamOfLocksRenewedInRounds(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	rdb.AddHook(renewalTimesHook{r: rt})
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+
+	const ttl = 1200 * time.Millisecond // due every 400 ms, up to 200 ms early
+	const every, stream = 10 * time.Millisecond, 1500 * time.Millisecond
+	var locks []*Lock
+	defer func() {
+		for _, l := range locks {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	pace := time.NewTicker(every)
+	defer pace.Stop()
+	for start := time.Now(); time.Since(start) < stream; <-pace.C {
+		locks = append(locks, mustLock(t, c, fmt.Sprintf("stream:%d", len(locks)), WithTTL(ttl)))
+	}
+	end := time.Now().Add(ttl / 2)
+	waitUntil(t, 5*time.Second, "the last locks' renewals", func() bool { return time.Now().After(end) })
+
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var gaps, renewals int
+	var sum time.Duration
+	for _, l := range locks {
+		at := rt.at[c.keys(l.Key()).lock]
+		for i := 1; i < len(at); i++ {
+			sum += at[i].Sub(at[i-1])
+			gaps++
+		}
+		renewals += len(at)
+	}
+	if gaps == 0 {
+		t.Fatal("no lock renewed twice")
+	}
+	mean := sum / time.Duration(gaps)
+	t.Logf("%d locks, %d renewals in %d round trips, a lock renewed every %v on average", len(locks), renewals, len(rt.sizes), mean.Round(time.Millisecond))
+	// Every third of the lease (DefaultTTL), give or take a sixth for
+	// the round trips shared.
+	if mean < ttl*7/24 {
+		t.Errorf("each lock renewed every %v on average, want about %v", mean.Round(time.Millisecond), ttl/3)
+	}
+	// A round trip goes when a renewal is due, and takes those due within
+	// a sixth of the lease: the next one is due later than that.
+	for i := 1; i < len(rt.sent); i++ {
+		if d := rt.sent[i].Sub(rt.sent[i-1]); d < ttl/6-20*time.Millisecond {
+			t.Fatalf("a renewal round trip %v after the one before, want one per %v at most", d.Round(time.Millisecond), ttl/6)
+		}
 	}
 }
