@@ -20,14 +20,14 @@ import (
 // error wrapping its Context's cause, ErrReleased or ErrLockLost).
 // The returned lock is renewed by the Client's watchdog until Unlock
 // (see WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait.
-// A waiter that gives up leaves the queue before it returns, and releases
-// what its last check may have taken: if Redis does not answer, that
-// release is waited for up to 5 s past ctx's end (after a check still on
-// its way, up to 10 s more; go-redis honours these deadlines only with
-// Options.ContextTimeoutEnabled), so a ctx deadline does not bound Lock
-// while Redis hangs. On Redis Cluster, while the lock's slot is being
-// migrated, leaving can take until the migration ends (up to 5 s) past
-// ctx's end.
+// A waiter that gives up leaves the queue, and releases what its last
+// check may have taken, before it returns if Redis answers within 1 s (as
+// an Unlock whose ctx has ended waits for its release). If it does not (it
+// hangs; on Redis Cluster, the lock's slot is being migrated), Lock
+// returns then, about 1 s past ctx's end at most, and the leaving goes on
+// in the background; Close waits for it. go-redis honours ctx's deadline
+// only with Options.ContextTimeoutEnabled: without it, a check on its way
+// when ctx ends is waited for up to the client's ReadTimeout.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }
@@ -36,8 +36,8 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 // the lock is held by someone else (or others are queued for it). A context
 // derived from a held lock's Context re-enters it, as with Lock. An attempt
 // whose reply does not come (an error, or ctx ended) may have taken the
-// lock: TryLock releases it before it returns, which, while Redis does not
-// answer, takes as long past ctx's end as it does for Lock.
+// lock: TryLock releases it before it returns, waiting for that as long
+// as Lock does (about 1 s past ctx's end at most).
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, false, nil, opts)
 }
@@ -87,6 +87,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 		Wait:  wait,
 
 		Permits: p,
+		Ops:     &c.ops,
 	}
 	if cfg.retry != nil {
 		req.Retry = cfg.retry

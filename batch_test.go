@@ -430,7 +430,7 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 				case <-h.released:
 					return true
 				default:
-					return parkedIn("dlock.(*attempt).abandon(") // not in the release it sends
+					return parkedIn("dlock.(*attempt).leave(") // not in the release it sends
 				}
 			})
 			if slow {
@@ -441,6 +441,9 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 				t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
 			}
 			wg.Wait()
+			// Lock waited for its leaving up to endedUnlockWait only: the
+			// rest (after the slow check) ends by Close.
+			c.Close()
 			if n := probe.Exists(ctx, c0.keys("victim").lock).Val(); n != 0 {
 				t.Errorf("the lock was taken by a waiter that had given up (lease left %v)", probe.PTTL(ctx, c0.keys("victim").lock).Val())
 			}

@@ -103,7 +103,8 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // has not ended by then, which may be after Close returned). Lock calls
 // under way give up with
 // ErrClosed, and Close waits for them to leave the queue or release what
-// they got, and for the renewals under way (5 s at most in all, if Redis
+// they got (and for the leaving of those that returned before it ended,
+// see Lock), and for the renewals under way (5 s at most in all, if Redis
 // does not answer). Calls of the Client's methods after Close return
 // ErrClosed; Unlock still releases a lock that Close left held. Close of
 // the zero Client returns an error wrapping ErrInvalidOption.

@@ -837,3 +837,51 @@ func TestCheckFailingAsCtxEndsSaysCtxEnded(t *testing.T) {
 		cancel()
 	}
 }
+
+// A waiter whose ctx ends while Redis does not answer returns about then:
+// its leaving of the queue (the release, waited for up to releaseTimeout)
+// is waited for no longer than an Unlock's past its ctx's end
+// (endedUnlockWait), and goes on in the background, where Close waits for
+// it before the caller closes its go-redis client.
+func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cut.Close() }) // after the Client's Close
+	// The entry lives 30 s, refreshed every 10 s: it goes only if the
+	// waiter's release removes it, and no check is on its way at the end.
+	c := newClientOn(t, cut, WithQueueTTL(30*time.Second))
+	rdb := srv.Client(t)
+	holder := newClientOn(t, rdb)
+	ctx := context.Background()
+	const key = "hung"
+	h := mustLock(t, holder, key, WithTTL(30*time.Second))
+	defer h.Unlock(ctx)
+
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	deadline, _ := wctx.Deadline()
+	got := lockAsync(wctx, c, key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, key) == 1 })
+	proxy.Freeze()
+	defer proxy.Thaw()
+	if time.Now().After(deadline) {
+		t.Fatal("the waiter's ctx ended before Redis stopped answering")
+	}
+	var r lockResult
+	select {
+	case r = <-got:
+	case <-time.After(time.Until(deadline) + endedUnlockWait + 2*time.Second):
+		t.Fatalf("Lock still waiting %v past its ctx's end (Redis not answering)", time.Since(deadline).Round(time.Millisecond))
+	}
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("Lock whose ctx ended while Redis hung = %v, %v, want DeadlineExceeded", r.l, r.err)
+	}
+	proxy.Thaw()
+	// The release written while Redis hung is answered now; Close waits
+	// for it, and the caller's go-redis client is closed only after.
+	c.Close()
+	if n := queued(t, rdb, holder, key); n != 0 {
+		t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
+	}
+}

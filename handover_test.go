@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -523,6 +525,53 @@ func TestWaiterThatPanicsLeavesTheQueue(t *testing.T) {
 	other := newClientOn(t, srv.Client(t), noPolling)
 	mustPanic(t, "Lock with a panicking RetryStrategy", func() { _, _ = other.Lock(ctx, "k", WithRetry(panicRetry{})) })
 	nextWaiterServed(t, c, rdb, held)
+}
+
+// A go-redis hook that panics at the release of a waiter leaving the queue
+// (its ctx ended): the leaving runs on a goroutine of its own, so that a
+// Redis that hangs does not hold Lock past its ctx's end; a panic there
+// that comes while Lock still waits for it is raised in Lock, where the
+// caller can recover it, and one that comes later is logged, not let go
+// (it would end the process).
+func TestLeavingPanicGoesToTheWaiterOrTheLog(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "raised", true: "logged"}[late], func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := context.Background()
+			var logs syncBuffer
+			returned := make(chan struct{})
+			hook := scriptHook{after: map[string]func() error{releaseEval.sha: func() error {
+				if late {
+					<-returned // Lock has stopped waiting for its leaving
+				}
+				panic("hook bug")
+			}}}
+			c, rdb := hookedClient(t, srv.Addr(), hook, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			held := mustLock(t, newClientOn(t, srv.Client(t)), "k")
+			defer held.Unlock(ctx)
+			wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if !late {
+				mustPanic(t, "Lock whose leaving panicked", func() { _, _ = c.Lock(wctx, "k") })
+			} else {
+				got := lockAsync(wctx, c, "k")
+				select {
+				case r := <-got:
+					if !errors.Is(r.err, context.DeadlineExceeded) {
+						t.Errorf("Lock whose leaving was held back = %v, want DeadlineExceeded", r.err)
+					}
+				case <-time.After(endedUnlockWait + 5*time.Second):
+					t.Fatal("Lock waited for its leaving, held back, past endedUnlockWait")
+				}
+				close(returned)
+				waitUntil(t, 5*time.Second, "the panic logged", func() bool { return strings.Contains(logs.String(), "hook bug") })
+			}
+			c.Close()
+			if n := queued(t, rdb, c, "k"); n != 0 {
+				t.Errorf("%d queue entries left by a waiter whose leaving panicked after its release", n)
+			}
+		})
+	}
 }
 
 // nextWaiterServed checks that a call of c's that panicked while it waited

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -280,18 +281,55 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 }
 
 // abandon leaves the queue, releasing the lock if it was handed to us after
-// all: a waiter that gives up takes nothing.
-//
-// With replica acknowledgement the release goes, like the grant, straight
-// to the master of the lock's slot (runOnMasters, without a WAIT). Sent
-// through a ClusterClient's own routing instead, it could be the first
-// command that routing handles, since every acknowledged write bypasses it;
-// go-redis then first reads COMMAND from a random node, replicas included,
-// ignoring ctx. A grant fails closed exactly when a replica stopped
-// answering; had that replica been picked, the release would have waited
-// out releaseTimeout without being sent, and the lock would have stayed
-// held for its whole lease.
+// all: a waiter that gives up takes nothing. It waits for that up to
+// endedUnlockWait, as an Unlock whose ctx has ended does for its release:
+// with a Redis that answers, the waiter has left before Lock returns; with
+// one that hangs, Lock returns about then, not releaseTimeout (and a check
+// still on its way, batchTimeout) past ctx's end, and the leaving goes on
+// in the background, counted in r.Ops so that Close waits for it. A panic
+// there (a go-redis hook's) is raised here if it comes in that time, and
+// logged if not: nobody is left to recover it.
 func (a *attempt) abandon(ctx context.Context) {
+	if a.r.Ops != nil {
+		a.r.Ops.Add(1) // above 0: this acquisition is counted until it returns
+	}
+	// Whoever claims first: the leaving once it has ended (the caller
+	// then gets its panic, if any), or the caller once it stops waiting.
+	var claimed atomic.Bool
+	done := make(chan *backend.Panic, 1)
+	go func() {
+		if a.r.Ops != nil {
+			defer a.r.Ops.Done()
+		}
+		p := backend.Run(func() { a.leave(ctx) })
+		if claimed.CompareAndSwap(false, true) {
+			done <- p
+		} else if p != nil {
+			p.Log(a.n.log, "dlock: panic while leaving the queue", "key", a.r.Key, "kind", kindOf(a.r.Permits))
+		}
+	}()
+	wait := time.NewTimer(endedUnlockWait)
+	defer wait.Stop()
+	select {
+	case p := <-done:
+		p.Raise()
+	case <-wait.C:
+		if !claimed.CompareAndSwap(false, true) {
+			(<-done).Raise() // ended just now
+		}
+	}
+}
+
+// leave is abandon's leaving of the queue. With replica acknowledgement the
+// release goes, like the grant, straight to the master of the lock's slot
+// (runOnMasters, without a WAIT). Sent through a ClusterClient's own
+// routing instead, it could be the first command that routing handles,
+// since every acknowledged write bypasses it; go-redis then first reads
+// COMMAND from a random node, replicas included, ignoring ctx. A grant
+// fails closed exactly when a replica stopped answering; had that replica
+// been picked, the release would have waited out releaseTimeout without
+// being sent, and the lock would have stayed held for its whole lease.
+func (a *attempt) leave(ctx context.Context) {
 	if a.inflight != nil {
 		// The last check may still reach Redis: leave after it, or it
 		// would queue us, or take the lock, once we are gone. Its batch

@@ -13,6 +13,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -56,6 +57,11 @@ type Request struct {
 	// Permits asks for permits of a semaphore named Key instead of the
 	// lock named Key; nil: the lock.
 	Permits *Permits
+	// Ops counts the calls the Client's Close waits for, this one among
+	// them until Acquire returns: work of the acquisition that outlives
+	// it (leaving the queue while Redis does not answer) is added to it.
+	// nil: not counted.
+	Ops *sync.WaitGroup
 }
 
 // Permits is a request for Count of a semaphore's Capacity permits.
