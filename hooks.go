@@ -195,7 +195,7 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 		c.ext.obs.Reenter(ctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.String("kind", h.kind), slog.Int("level", e.Level), slog.Any("error", err))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.String("kind", h.kind), slog.Int("hold_level", e.Level), slog.Any("error", err))
 	}
 }
 
@@ -270,7 +270,7 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 		c.ext.obs.ReleaseEnd(rctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("level", level),
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("hold_level", level),
 			slog.Duration("held", held), slog.String("outcome", e.Outcome.String()), slog.Any("error", err))
 	}
 }

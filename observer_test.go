@@ -3,6 +3,7 @@ package dlock
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -408,15 +409,15 @@ func TestLogLevels(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		`level=DEBUG msg="dlock: acquired" key=logged kind=lock`,
-		`level=DEBUG msg="dlock: re-entered" key=logged kind=lock level=2`,
-		`level=DEBUG msg="dlock: released" key=logged kind=lock level=1`,
+		`level=DEBUG msg="dlock: re-entered" key=logged kind=lock hold_level=2`,
+		`level=DEBUG msg="dlock: released" key=logged kind=lock hold_level=1`,
 		`level=WARN msg="dlock: lock lost" key=logged kind=lock`,
 		`level=DEBUG msg="dlock: acquired" key=logged kind=semaphore`,
 		`level=DEBUG msg="dlock: acquire failed" key=logged kind=semaphore outcome=not_obtained`,
-		`level=DEBUG msg="dlock: released" key=logged kind=semaphore level=1`,
+		`level=DEBUG msg="dlock: released" key=logged kind=semaphore hold_level=1`,
 		`level=WARN msg="dlock: lock lost" key=logged kind=semaphore`,
 		`level=DEBUG msg="dlock: acquired" key=logged kind=rwmutex`,
-		`level=DEBUG msg="dlock: released" key=logged kind=rwmutex level=1`,
+		`level=DEBUG msg="dlock: released" key=logged kind=rwmutex hold_level=1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
@@ -431,6 +432,48 @@ func TestLogLevels(t *testing.T) {
 	}
 	if buf.String() != "" {
 		t.Errorf("Info-level log of a normal lock: %s", buf.String())
+	}
+}
+
+// No record reuses the keys a handler writes itself (time, level, msg):
+// a JSON record would hold "level" twice, and a log pipeline keeping the
+// last one would read a hold level where the severity is.
+func TestLogRecordsKeepHandlerKeys(t *testing.T) {
+	var buf syncBuffer
+	c, _, _ := newTestClient(t, WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	ctx := context.Background()
+	l := mustLock(t, c, "logged")
+	inner, err := c.Lock(l.Context(), "logged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = inner.Unlock(ctx)
+	_ = l.Unlock(ctx)
+	p, err := c.Semaphore("logged", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Unlock(ctx)
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		dec := json.NewDecoder(strings.NewReader(line))
+		if _, err := dec.Token(); err != nil { // {
+			t.Fatalf("log record %q: %v", line, err)
+		}
+		seen := make(map[string]bool)
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatalf("log record %q: %v", line, err)
+			}
+			if seen[k.(string)] {
+				t.Errorf("log record has %q twice: %s", k, line)
+			}
+			seen[k.(string)] = true
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("log record %q: %v", line, err)
+			}
+		}
 	}
 }
 

@@ -529,7 +529,16 @@ func isRedirect(err error) bool {
 // policy accepts it, else an error wrapping ErrNotReplicated. A shortfall
 // is logged and reported either way.
 func (a *acker) check(got ack, w ReplicaReport) error {
-	if !a.short(got, w) || a.policy == AcceptAndReport {
+	if !a.short(got, w) {
+		return nil
+	}
+	return a.refusal(got)
+}
+
+// refusal is the error of a write whose ack got falls short: nil if the
+// policy accepts it.
+func (a *acker) refusal(got ack) error {
+	if a.policy == AcceptAndReport {
 		return nil
 	}
 	err := fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, got.acked, a.replicas, a.timeout)
@@ -545,16 +554,37 @@ func (a *acker) check(got ack, w ReplicaReport) error {
 // so logs and reports it, completing w. A good ack needs no acker (nil
 // without WithReplicaAck).
 func (a *acker) short(got ack, w ReplicaReport) bool {
+	if !a.reported(got, &w) {
+		return false
+	}
+	a.logShort([]ReplicaReport{w})
+	return true
+}
+
+// reported is short without the log record: the caller logs w, completed
+// here, with the other shortfalls of its round (logShort).
+func (a *acker) reported(got ack, w *ReplicaReport) bool {
 	if got.ok {
 		return false
 	}
 	w.Acked, w.Wanted, w.Policy, w.Err = got.acked, a.replicas, a.policy, got.err
-	a.log.Warn("dlock: lock write not acknowledged by enough replicas",
-		"op", w.Op, "key", w.Key, "kind", w.Kind, "acked", w.Acked, "wanted", w.Wanted, "policy", w.Policy.String(), "error", w.Err)
 	if a.report != nil {
-		a.report(w)
+		a.report(*w)
 	}
 	return true
+}
+
+// logShort logs the shortfalls ws of one round of writes: one record per
+// op and outcome (replicas acknowledged, error), with the number of locks
+// and the first one's key, not one per lock, so that a replica gone while
+// many locks are renewed does not log a warning per lock every round.
+func (a *acker) logShort(ws []ReplicaReport) {
+	same := func(w ReplicaReport) string { return fmt.Sprint(w.Op, "\x00", w.Acked, "\x00", w.Err) }
+	for _, g := range tally(ws, same) {
+		w := g.first
+		a.log.Warn("dlock: lock write not acknowledged by enough replicas",
+			"op", w.Op, "key", w.Key, "kind", w.Kind, "locks", g.n, "acked", w.Acked, "wanted", w.Wanted, "policy", w.Policy.String(), "error", w.Err)
+	}
 }
 
 // written names the write op of a's lease, for check.
@@ -656,14 +686,17 @@ func (n *node) renewAcked(ctx context.Context, rs []backend.Renewal) []backend.R
 	}
 	n.runAcked(ctx, calls)
 	out := make([]backend.Renewed, len(rs))
+	var short []ReplicaReport // logged together: one round, however many locks
 	for i, c := range calls {
 		out[i] = renewed(c.cmd.Int64())
-		if out[i].Outcome == backend.Held {
-			if err := n.ack.check(c.ack, leaseWritten("renew", rs[i].Lease)); err != nil {
+		if w := leaseWritten("renew", rs[i].Lease); out[i].Outcome == backend.Held && n.ack.reported(c.ack, &w) {
+			short = append(short, w)
+			if err := n.ack.refusal(c.ack); err != nil {
 				out[i] = backend.Renewed{Outcome: backend.Unknown, Err: err}
 			}
 		}
 	}
+	n.ack.logShort(short)
 	return out
 }
 

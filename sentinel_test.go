@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -162,6 +164,54 @@ func changes(t *testing.T, rdb *redis.Client) int64 {
 	}
 	t.Fatal("no rdb_changes_since_last_save in INFO persistence")
 	return 0
+}
+
+// A replica that does not acknowledge the renewals of many locks is one
+// warning per round of renewals, with the number of locks, not one per
+// lock: under AcceptAndReport the locks are kept, and renewed every third
+// of a lease for as long as the replica is gone. WithReplicaReport still
+// hears of each lock.
+func TestReplicaAckShortRenewalRoundIsLoggedOnce(t *testing.T) {
+	master, replica := redistest.StartReplicated(t)
+	var logs syncBuffer
+	var renewReports atomic.Int64
+	c := newClientOn(t, master.Client(t), WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+		WithReplicaAck(1, 50*time.Millisecond, AcceptAndReport),
+		WithReplicaReport(func(r ReplicaReport) {
+			if r.Op == "renew" {
+				renewReports.Add(1)
+			}
+		}))
+	const held = 50
+	for i := range held {
+		mustLock(t, c, fmt.Sprintf("unacked:%d", i), WithTTL(600*time.Millisecond))
+	}
+	replica.Stop(t)
+	waitUntil(t, 10*time.Second, "two rounds of unacknowledged renewals", func() bool {
+		return renewReports.Load() >= 2*held
+	})
+	records, locks := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var r struct {
+			Msg   string `json:"msg"`
+			Op    string `json:"op"`
+			Key   string `json:"key"`
+			Locks int    `json:"locks"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log record %q: %v", line, err)
+		}
+		if r.Msg == "dlock: lock write not acknowledged by enough replicas" && r.Op == "renew" {
+			records++
+			locks += r.Locks
+			if r.Locks < 1 || !strings.HasPrefix(r.Key, "unacked:") {
+				t.Errorf("record of a round = %s, want the number of locks and the first's key", line)
+			}
+		}
+	}
+	if records == 0 || records >= held || locks < held {
+		t.Errorf("%d records of unacknowledged renewals (%d locks) for %d locks held; want one per round", records, locks, held)
+	}
 }
 
 func TestReplicaAck(t *testing.T) {

@@ -693,9 +693,8 @@ func (w *watchdog) renew(due []*hold) {
 	}
 	lost := make(map[*hold]error)
 	var released []*hold
-	var failed []*hold
-	var why []error // failed[i]'s error, for the log (renewErr may change once mu is let go)
-	watched := 0    // due[:watched] were still watched: the Observer hears of those
+	var failed []renewFailure // for the log, with the error (renewErr may change once mu is let go)
+	watched := 0              // due[:watched] were still watched: the Observer hears of those
 	for i, h := range due {
 		w.finish(h)
 		if _, ok := w.holds[h]; !ok {
@@ -732,8 +731,7 @@ func (w *watchdog) renew(due []*hold) {
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
 			h.renewErr = outcomes[i].Err
-			failed = append(failed, h)
-			why = append(why, h.renewErr)
+			failed = append(failed, renewFailure{h, h.renewErr})
 		}
 	}
 	w.mu.Unlock()
@@ -747,14 +745,28 @@ func (w *watchdog) renew(due []*hold) {
 	// mu, and a panic there skips no loss.
 	w.c.noPanic("watchdog", func() {
 		defer w.loseAll(lost)
-		for i, h := range failed {
-			w.c.log.Warn("dlock: renewal failed", "key", h.lease.Key, "kind", h.kind, "err", why[i])
-		}
+		w.logFailed(failed)
 		if !closing {
 			w.c.renewed(due[:watched], outcomes[:watched])
 		}
 	})
 	w.poke()
+}
+
+// renewFailure is a renewal of one round that got no answer, and why.
+type renewFailure struct {
+	h   *hold
+	err error
+}
+
+// logFailed logs the renewals of one round that got no answer: one record
+// per error, with the number of locks and the first one's key, not one
+// per lock, so that an outage with many locks held does not flood the log
+// every tenth of a lease. Each lock's loss is still logged on its own.
+func (w *watchdog) logFailed(failed []renewFailure) {
+	for _, g := range tally(failed, func(f renewFailure) string { return fmt.Sprint(f.err) }) {
+		w.c.log.Warn("dlock: renewal failed", "key", g.first.h.lease.Key, "kind", g.first.h.kind, "locks", g.n, "error", g.first.err)
+	}
 }
 
 // errRenewPanicked is the error of the renewals of a batch whose round

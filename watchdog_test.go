@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -618,6 +619,56 @@ func TestRenewalFindingWrongTypeKeyIsLossBefore7(t *testing.T) {
 	}
 }
 
+// When Redis goes away with many locks held, each round of renewals that
+// gets no answer is logged once per error, with the number of locks it
+// renewed, not once per lock: an outage must not bury the log under a
+// warning per lock every tenth of its lease. Each lock's loss is still
+// logged on its own.
+func TestFailedRenewalRoundIsLoggedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs syncBuffer
+	// No retries: each round fails at once, so several fail before the
+	// leases run out.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb, WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	const held = 100
+	locks := make([]*Lock, held)
+	for i := range locks {
+		locks[i] = mustLock(t, c, fmt.Sprintf("outage:%d", i), WithTTL(2*time.Second))
+	}
+	srv.Stop(t)
+	for _, l := range locks {
+		testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	}
+	// Each Context ends before the losses are logged.
+	waitUntil(t, 5*time.Second, "every loss logged", func() bool {
+		return strings.Count(logs.String(), `"msg":"dlock: lock lost"`) == held
+	})
+	failed := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var r struct {
+			Msg   string `json:"msg"`
+			Key   string `json:"key"`
+			Kind  string `json:"kind"`
+			Locks int    `json:"locks"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log record %q: %v", line, err)
+		}
+		if r.Msg == "dlock: renewal failed" {
+			failed++
+			if r.Locks < 1 || !strings.HasPrefix(r.Key, "outage:") || r.Kind != "lock" || r.Error == "" {
+				t.Errorf("record of a failed round = %s, want the number of locks, the first's key and kind, and the error", line)
+			}
+		}
+	}
+	if failed == 0 || failed >= held {
+		t.Errorf("%d records of failed renewals for %d locks; want one per round", failed, held)
+	}
+}
+
 // slowLossLog is a log handler whose sink is slow to take the record of
 // the loss of the locks it names, as a log shipped over a busy network
 // can be.
@@ -885,7 +936,7 @@ func TestLeaseRunOutSaysWhyRenewalsFailed(t *testing.T) {
 	if !errors.Is(cause, ErrLockLost) || !redis.IsReadOnlyError(cause) {
 		t.Fatalf("cause = %v, want ErrLockLost and the renewal's READONLY", cause)
 	}
-	if !strings.Contains(logs.String(), `msg="dlock: renewal failed" key=demoted kind=lock err="READONLY`) {
+	if !strings.Contains(logs.String(), `msg="dlock: renewal failed" key=demoted kind=lock locks=1 error="READONLY`) {
 		t.Errorf("log:\n%s", logs.String())
 	}
 	failed := rec.count(func(r *recorder) int {
