@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -26,6 +27,22 @@ func TestFairnessCellConsistent(t *testing.T) {
 		t.Logf("%s: %q -> min/max = %.3f, shown %.2f", cells[0], cells[8], mn/mx, f)
 		if fmt.Sprintf("%.2f", mn/mx) != fmt.Sprintf("%.2f", f) {
 			t.Errorf("%s: cell %q: %g/%g = %.2f, not %.2f", cells[0], cells[8], mn, mx, mn/mx, f)
+		}
+	}
+}
+
+// The committed report is what its raw numbers and notes.md render to:
+// notes written into docs/benchmarks.md alone would be lost at the next
+// run of the suite, and notes.md edited alone would not reach readers.
+func TestCommittedReportMatchesItsSources(t *testing.T) {
+	rep := loadReport(t)
+	for name, want := range map[string]string{"benchmarks.md": markdown(rep, rep.Took), "benchmarks.svg": chart(rep)} {
+		got, err := os.ReadFile("../../../docs/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("docs/%s differs from what benchmarks.json and notes.md render to: regenerate it with `go run ./cmd/report -render ../docs/benchmarks.json` in bench/", name)
 		}
 	}
 }
