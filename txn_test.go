@@ -589,3 +589,49 @@ func TestTxnHungPastTheLeaseKeepsTheLock(t *testing.T) {
 		t.Fatalf("lock lost: %v", context.Cause(l.Context()))
 	}
 }
+
+// A renewal that went early to share another lock's round trip does not
+// shorten the time a Txn begun before the next one is due has: a Txn
+// shorter than half the lease is still not made to start over.
+func TestTxnAfterAnEarlyRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	hooked.AddHook(renewalTimesHook{r: rt})
+	c := newClientOn(t, hooked)
+	const ttl = 6 * time.Second // due every 2 s, up to 1 s early
+	began := time.Now()
+	a := mustLock(t, c, "early:a", WithTTL(ttl))
+	defer a.Unlock(ctx)
+	at := func(d time.Duration) { time.Sleep(time.Until(began.Add(d))) }
+	at(ttl / 12)
+	b := mustLock(t, c, "early:b", WithTTL(ttl)) // due at 2.5 s: goes with a's at 2 s
+	defer b.Unlock(ctx)
+	renewed := func() int {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return len(rt.at[c.keys(b.Key()).lock])
+	}
+	waitUntil(t, ttl/2, "b renewed with a", func() bool { return renewed() > 0 })
+	// Past a sixth of the lease after b's renewal, short of the next
+	// one's due time: a Txn of a bit less than half the lease.
+	at(ttl * 13 / 24) // 3.25 s
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { time.Sleep(ttl*29/60 - 50*time.Millisecond) }})
+	calls := 0
+	err := b.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, b.SlotKey("n"))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(b.Context()))
+	}
+	if calls != 1 {
+		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
+	}
+	if n := rdb.Get(ctx, b.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
+}

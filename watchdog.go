@@ -40,6 +40,7 @@ type hold struct {
 	nextRenew  time.Time
 	slack      time.Duration // how early a renewal may go to share a round trip
 	trusted    time.Duration // the lease last trusted (trust): a hand-over's is shorter than ttl
+	txnFrom    time.Time     // zero, or when a Txn begins after the renewal: the last went early (txnDue)
 	busy       bool          // a renewal or an Extend is in flight
 	renewErr   error         // why the last renewal failed, nil if it did not: in the loss's cause
 	txns       int           // Txns under way (txnBegin): the renewal waits for them (renewAt)
@@ -60,6 +61,7 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 	h.nextRenew = start.Add(d / 3)
 	h.slack = d / 6
 	h.trusted = d
+	h.txnFrom = time.Time{}
 	h.renewErr = nil // the lease was reset since: not why it may run out
 }
 
@@ -186,7 +188,7 @@ func (w *watchdog) claim(ctx context.Context, h *hold) error {
 // while it waits.
 func (w *watchdog) awaitIdle(ctx context.Context, h *hold, due bool) error {
 	for h.ctx.Err() == nil {
-		if !h.busy && !(due && h.renewDue(time.Now())) {
+		if !h.busy && !(due && h.txnDue(time.Now())) {
 			return nil
 		}
 		if !h.busy {
@@ -480,6 +482,20 @@ func (h *hold) renewDue(now time.Time) bool {
 	return h.renew && !h.busy && !now.Before(at.Add(-slack))
 }
 
+// txnDue reports whether a Txn beginning at now waits for h's renewal,
+// and the loop sends it then: one renewDue, or, after a renewal that went
+// early (its next is due a third of the lease after it was due, not after
+// it went), one past a sixth of the lease after that renewal went, as
+// renewDue would have been. A Txn begun later would have less than half
+// the lease before the renewal it holds back goes all the same (renewAt),
+// and would start over. Called with mu held.
+func (h *hold) txnDue(now time.Time) bool {
+	if h.renewDue(now) {
+		return true
+	}
+	return h.renew && !h.busy && h.txns == 0 && !h.txnFrom.IsZero() && !now.Before(h.txnFrom)
+}
+
 // renewOverdue reports whether h's renewal is due at now, not only close
 // enough to go with another's. Called with mu held.
 func (h *hold) renewOverdue(now time.Time) bool {
@@ -625,7 +641,7 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 		// Were every look of the loop (one after each answer) to send
 		// those within a sixth, renewals would go in back-to-back round
 		// trips of a few each.
-		if h.renewDue(now) {
+		if h.renewDue(now) || (h.idle != nil && h.txnDue(now)) {
 			send = send || h.renewOverdue(now) || h.idle != nil
 			ready = append(ready, h)
 			continue
@@ -704,13 +720,15 @@ func (w *watchdog) renew(due []*hold) {
 		watched++
 		switch outcomes[i].Outcome {
 		case backend.Held:
-			was := h.nextRenew
+			was, slack := h.nextRenew, h.slack
 			h.trust(start, rs[i].TTL)
-			if was.After(start) {
+			if was.After(start) && !was.After(start.Add(slack)) {
 				// Sent early, to share a round trip: the next is due a
 				// third of the lease after this one was, not after it
 				// went, or a lock renewed in rounds that follow one
-				// another would go early every time.
+				// another would go early every time. A Txn beginning a
+				// sixth of the lease after it went waits for it (txnDue).
+				h.txnFrom = start.Add(rs[i].TTL / 6)
 				h.nextRenew = was.Add(rs[i].TTL / 3)
 			}
 		case backend.NotHeld:
@@ -730,6 +748,7 @@ func (w *watchdog) renew(due []*hold) {
 			// is shorter than ttl); the deadline decides when it is lost.
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
+			h.txnFrom = time.Time{}
 			h.renewErr = outcomes[i].Err
 			failed = append(failed, renewFailure{h, h.renewErr})
 		}
