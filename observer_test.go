@@ -477,6 +477,30 @@ func TestLogRecordsKeepHandlerKeys(t *testing.T) {
 	}
 }
 
+// logRecord is what tests read of a JSON log record.
+type logRecord struct {
+	Msg   string `json:"msg"`
+	Op    string `json:"op"`
+	Key   string `json:"key"`
+	Kind  string `json:"kind"`
+	Locks int    `json:"locks"`
+	Error string `json:"error"`
+}
+
+// logRecords decodes each record of a JSON log.
+func logRecords(t *testing.T, log *syncBuffer) []logRecord {
+	t.Helper()
+	var out []logRecord
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		var r logRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log record %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // syncBuffer is a bytes.Buffer safe for the watchdog and the test to share.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -191,21 +190,12 @@ func TestReplicaAckShortRenewalRoundIsLoggedOnce(t *testing.T) {
 		return renewReports.Load() >= 2*held
 	})
 	records, locks := 0, 0
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var r struct {
-			Msg   string `json:"msg"`
-			Op    string `json:"op"`
-			Key   string `json:"key"`
-			Locks int    `json:"locks"`
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log record %q: %v", line, err)
-		}
+	for _, r := range logRecords(t, &logs) {
 		if r.Msg == "dlock: lock write not acknowledged by enough replicas" && r.Op == "renew" {
 			records++
 			locks += r.Locks
 			if r.Locks < 1 || !strings.HasPrefix(r.Key, "unacked:") {
-				t.Errorf("record of a round = %s, want the number of locks and the first's key", line)
+				t.Errorf("record of a round = %+v, want the number of locks and the first's key", r)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -646,21 +645,11 @@ func TestFailedRenewalRoundIsLoggedOnce(t *testing.T) {
 		return strings.Count(logs.String(), `"msg":"dlock: lock lost"`) == held
 	})
 	failed := 0
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var r struct {
-			Msg   string `json:"msg"`
-			Key   string `json:"key"`
-			Kind  string `json:"kind"`
-			Locks int    `json:"locks"`
-			Error string `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log record %q: %v", line, err)
-		}
+	for _, r := range logRecords(t, &logs) {
 		if r.Msg == "dlock: renewal failed" {
 			failed++
 			if r.Locks < 1 || !strings.HasPrefix(r.Key, "outage:") || r.Kind != "lock" || r.Error == "" {
-				t.Errorf("record of a failed round = %s, want the number of locks, the first's key and kind, and the error", line)
+				t.Errorf("record of a failed round = %+v, want the number of locks, the first's key and kind, and the error", r)
 			}
 		}
 	}
