@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -36,8 +37,9 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 // the lock is held by someone else (or others are queued for it). A context
 // derived from a held lock's Context re-enters it, as with Lock. An attempt
 // whose reply does not come (an error, or ctx ended) may have taken the
-// lock: TryLock releases it before it returns, waiting for that as long
-// as Lock does (about 1 s past ctx's end at most).
+// lock, and one whose reply comes after the lease could be trusted cannot
+// be handed out: TryLock releases it before it returns, waiting for that
+// as long as Lock does (about 1 s past ctx's end at most).
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, false, nil, opts)
 }
@@ -150,13 +152,21 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 		err = c.dog.add(h)
 	}
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		// Through c.release: a late grant overran its adaptive lease, and
-		// only a recorded overrun lengthens the next one.
-		_, _ = c.release(rctx, h, 1)
-		h.cancel(err)
-		c.ops.Done()
+		// Waited for as a waiter's leaving is (abandon): up to
+		// endedUnlockWait, then it goes on in the background, counted for
+		// Close. Through c.release: a late grant overran its adaptive
+		// lease, and only a recorded overrun lengthens the next one.
+		func() {
+			// Done for Close even if the release panics (a go-redis
+			// hook's), as in beAcquire, or Close would wait out its bound.
+			defer c.ops.Done()
+			backend.Detach(&c.ops, endedUnlockWait, func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				defer cancel()
+				_, _ = c.release(rctx, h, 1)
+			}, c.log, "dlock: panic while releasing a grant not handed out", "key", key, "kind", kindOf(p))
+			h.cancel(err)
+		}()
 		c.acquireEnd(actx, x, &req, nil, err)
 		return nil, err
 	}
@@ -180,25 +190,36 @@ func (c *Client) beAcquire(ctx context.Context, req backend.Request) (backend.Gr
 }
 
 // handOut reports a grant to the Observer and returns its Lock. If the
-// Observer panics, the lock is released on the panic's way out: no caller
-// gets it to unlock, and the watchdog would keep it held until Close.
+// Observer panics, the lock is released on the panic's way out (waited for
+// up to endedUnlockWait, then in the background): no caller gets it to
+// unlock, and the watchdog would keep it held until Close.
 func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.Request, h *hold) *Lock {
 	l := &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}
 	handed := false
 	defer func() {
 		if !handed {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			defer cancel()
-			defer func() {
-				// Unlock panicked before its release (the Observer's
-				// ReleaseStart), leaving the hold as it was: release it
-				// all the same, or the watchdog keeps it until Close.
-				if c.dog.remove(h) {
-					_, _ = c.release(uctx, h, 1)
-					h.cancel(ErrReleased)
-				}
-			}()
-			_ = l.Unlock(uctx)
+			// Waited for as a grant that was not handed out is (acquire);
+			// counted for Close unless it has closed (Unlock still
+			// releases then).
+			var ops *sync.WaitGroup
+			if c.begin() {
+				ops = &c.ops
+				defer c.ops.Done()
+			}
+			backend.Detach(ops, endedUnlockWait, func() {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				defer cancel()
+				defer func() {
+					// Unlock panicked before its release (the Observer's
+					// ReleaseStart), leaving the hold as it was: release
+					// it all the same, or the watchdog keeps it until Close.
+					if c.dog.remove(h) {
+						_, _ = c.release(uctx, h, 1)
+						h.cancel(ErrReleased)
+					}
+				}()
+				_ = l.Unlock(uctx)
+			}, c.log, "dlock: panic while releasing a lock not handed out", "key", req.Key, "kind", h.kind)
 		}
 	}()
 	c.acquireEnd(actx, x, req, h, nil)

@@ -885,3 +885,109 @@ func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 		t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
 	}
 }
+
+// A grant that cannot be handed out (its reply came after the lease could be
+// trusted, or the Client was closed meanwhile) is released before TryLock
+// returns, and that release waits for Redis as long as a waiter's leaving
+// does: about endedUnlockWait, not releaseTimeout, past ctx's end while
+// Redis hangs. Close still waits for it.
+func TestUnusableGrantReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "late", true: "closed"}[closed], func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			proxy := startProxy(t, srv.Addr())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			const key = "unusable"
+			var c *Client
+			var frozen time.Time
+			closing := make(chan struct{})
+			hook := scriptHook{after: map[string]func() error{acquireScript.Hash(): func() error {
+				// The grant ran in Redis; by the time its reply is read the
+				// caller has given up, and Redis stops answering.
+				if closed {
+					go func() { c.Close(); close(closing) }()
+					waitUntil(t, 5*time.Second, "Close to start", c.isClosed)
+				} else {
+					waitUntil(t, 5*time.Second, "the lease to run out", func() bool {
+						n, _ := rdb.Exists(context.Background(), c.keys(key).lock).Result()
+						return n == 0
+					})
+					close(closing)
+				}
+				cancel()
+				proxy.Freeze()
+				frozen = time.Now()
+				return nil
+			}}}
+			c, _ = hookedClient(t, proxy.Addr(), hook)
+			defer proxy.Thaw()
+			// Closed, the lease lasts: only the release removes it.
+			ttl := 100 * time.Millisecond
+			if closed {
+				ttl = 30 * time.Second
+			}
+			l, err := c.TryLock(ctx, key, WithTTL(ttl), WithoutRenewal())
+			if took := time.Since(frozen); took > endedUnlockWait+time.Second {
+				t.Errorf("TryLock returned %v after its ctx ended, with Redis not answering", took.Round(time.Millisecond))
+			}
+			want := ErrLockLost
+			if closed {
+				want = ErrClosed
+			}
+			if !errors.Is(err, want) {
+				t.Errorf("TryLock of an unusable grant = %v, %v, want %v", l, err, want)
+			}
+			proxy.Thaw()
+			c.Close()
+			<-closing
+			if n, _ := rdb.Exists(context.Background(), c.keys(key).lock).Result(); n != 0 {
+				t.Error("the unusable grant is still held once Close returned")
+			}
+		})
+	}
+}
+
+// frozenAtGrant is an Observer whose AcquireEnd of a grant ends the
+// caller's ctx, freezes the proxy to Redis, and panics.
+type frozenAtGrant struct {
+	NopObserver
+	cancel context.CancelFunc
+	proxy  interface{ Freeze() }
+	frozen time.Time
+}
+
+func (o *frozenAtGrant) AcquireEnd(_ context.Context, e AcquireEndEvent) {
+	if e.Err == nil {
+		o.cancel()
+		o.proxy.Freeze()
+		o.frozen = time.Now()
+		panic("observer bug")
+	}
+}
+
+// The lock of a Lock whose Observer panicked at the grant is released on
+// the panic's way out; that release waits for a Redis that hangs as long
+// as a waiter's leaving does, not releaseTimeout, and Close waits for it.
+func TestObserverPanicAtGrantReturnsSoonWhileRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	proxy := startProxy(t, srv.Addr())
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cut.Close() }) // after the Client's Close
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := &frozenAtGrant{cancel: cancel, proxy: proxy}
+	c := newClientOn(t, cut, WithObserver(o))
+	defer proxy.Thaw()
+	mustPanic(t, "Lock whose Observer panicked", func() { _, _ = c.Lock(ctx, "k", WithTTL(30*time.Second)) })
+	if took := time.Since(o.frozen); took > endedUnlockWait+time.Second {
+		t.Errorf("Lock's panic went on %v after its ctx ended, with Redis not answering", took.Round(time.Millisecond))
+	}
+	proxy.Thaw()
+	c.Close()
+	if n, _ := rdb.Exists(context.Background(), c.keys("k").lock).Result(); n != 0 {
+		t.Error("the lock of a Lock whose Observer panicked is still held once Close returned")
+	}
+}

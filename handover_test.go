@@ -591,3 +591,32 @@ func nextWaiterServed(t *testing.T, c *Client, rdb *redis.Client, held *Lock) {
 	l := receiveLock(t, got, 5*time.Second, "the waiter behind the call that panicked")
 	_ = l.Unlock(ctx)
 }
+
+// A panic while releasing a grant that came too late (a go-redis hook's)
+// reaches the TryLock caller, and the call still ends for Close, which
+// does not wait for it.
+func TestLateGrantReleasePanicDoesNotHoldUpClose(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const key = "late"
+	var c *Client
+	hook := scriptHook{after: map[string]func() error{
+		acquireScript.Hash(): func() error {
+			waitUntil(t, 5*time.Second, "the lease to run out", func() bool {
+				n, _ := rdb.Exists(context.Background(), c.keys(key).lock).Result()
+				return n == 0
+			})
+			return nil
+		},
+		releaseEval.sha: func() error { panic("hook bug") },
+	}}
+	c, _ = hookedClient(t, srv.Addr(), hook)
+	mustPanic(t, "TryLock whose late grant's release panicked", func() {
+		_, _ = c.TryLock(context.Background(), key, WithTTL(100*time.Millisecond), WithoutRenewal())
+	})
+	start := time.Now()
+	c.Close()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v after a TryLock whose release panicked", took.Round(time.Millisecond))
+	}
+}

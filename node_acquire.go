@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -290,34 +289,8 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 // there (a go-redis hook's) is raised here if it comes in that time, and
 // logged if not: nobody is left to recover it.
 func (a *attempt) abandon(ctx context.Context) {
-	if a.r.Ops != nil {
-		a.r.Ops.Add(1) // above 0: this acquisition is counted until it returns
-	}
-	// Whoever claims first: the leaving once it has ended (the caller
-	// then gets its panic, if any), or the caller once it stops waiting.
-	var claimed atomic.Bool
-	done := make(chan *backend.Panic, 1)
-	go func() {
-		if a.r.Ops != nil {
-			defer a.r.Ops.Done()
-		}
-		p := backend.Run(func() { a.leave(ctx) })
-		if claimed.CompareAndSwap(false, true) {
-			done <- p
-		} else if p != nil {
-			p.Log(a.n.log, "dlock: panic while leaving the queue", "key", a.r.Key, "kind", kindOf(a.r.Permits))
-		}
-	}()
-	wait := time.NewTimer(endedUnlockWait)
-	defer wait.Stop()
-	select {
-	case p := <-done:
-		p.Raise()
-	case <-wait.C:
-		if !claimed.CompareAndSwap(false, true) {
-			(<-done).Raise() // ended just now
-		}
-	}
+	backend.Detach(a.r.Ops, endedUnlockWait, func() { a.leave(ctx) },
+		a.n.log, "dlock: panic while leaving the queue", "key", a.r.Key, "kind", kindOf(a.r.Permits))
 }
 
 // leave is abandon's leaving of the queue. With replica acknowledgement the
