@@ -385,3 +385,48 @@ func TestAdminForeignDataAtLockNames(t *testing.T) {
 		}
 	}
 }
+
+// TestListLongBoundsEachRequest: list --long of a large or distant keyspace
+// takes long in all, each request answered in time. Its deadline bounds
+// each request, not the listing: here two of the inspections are held back
+// most of the way to adminTimeout each, over adminTimeout in all (the URL's
+// read_timeout lets go-redis wait for them), and the listing completes.
+func TestListLongBoundsEachRequest(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := lockClient(t, srv.Addr())
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := c.Lock(context.Background(), k, dlock.WithTTL(5*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	inspection := func(b []byte) bool { return bytes.Contains(b, []byte("evalsha")) }
+	read := proxy.FreezeOn(inspection)
+
+	url := redisURL(proxy.Addr()) + "?read_timeout=" + (2 * adminTimeout).String()
+	p := start(t, nil, "--redis", url, "list", "--long")
+	hold := adminTimeout * 3 / 5
+	for i := range 2 {
+		select {
+		case <-read:
+		case <-time.After(processTimeout):
+			t.Fatalf("list --long sent no inspection\nstderr:\n%s", p.stderr.String())
+		}
+		<-time.After(hold) // a slow round trip, not a wait for an event
+		if i == 0 {
+			read = proxy.FreezeOn(inspection) // the next one, not the chunk held
+		}
+		proxy.Thaw()
+	}
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit status %d after %v held back, each request within %v: want 0\nstderr:\n%s", code, 2*hold, adminTimeout, p.stderr.String())
+	}
+	if got := len(lines(p.stdout.String())); got != 4 {
+		t.Errorf("list --long: want a header and 3 locks\n%s", p.stdout.String())
+	}
+}

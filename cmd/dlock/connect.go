@@ -260,6 +260,9 @@ func (a *app) connect(ctx context.Context, name string, opts ...dlock.Option) (*
 		if a.conn.loneUserinfo() && strings.Contains(err.Error(), "NOAUTH") {
 			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v (the URL gives a user name but no password: for a password alone, write redis://:PASSWORD@host)", desc, err)
 		}
+		if addr := a.conn.plainTextServer(); addr != "" && !errors.Is(err, context.Canceled) {
+			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v (no answer to the TLS handshake: %s speaks plain text, so use redis://%s; rediss:// is for a TLS port)", desc, err, addr, addr)
+		}
 		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
 	}
 	return c, nil

@@ -10,7 +10,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// adminTimeout bounds the Redis calls of inspect, list and release.
+// adminTimeout bounds the Redis calls of inspect and release, and each of
+// list's.
 const adminTimeout = 10 * pingTimeout
 
 func (a *app) inspectCmd() *cobra.Command {

@@ -64,13 +64,15 @@ code's data at their waiters' names is said as for a lock).`,
 			if err := dlock.CheckListPattern(pattern); err != nil {
 				return usagef("%v", err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-			defer cancel()
+			// The listing takes as many round trips as there are names
+			// (with --long): adminTimeout bounds each, not all of them.
+			ctx := context.Background()
 			c, err := a.connect(ctx, "dlock list")
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			c.rdb.AddHook(requestBound(adminTimeout))
 			names, err := c.locks.List(ctx, pattern, dlock.WithKind(kind))
 			if err != nil {
 				return redisFailure(err)

@@ -123,3 +123,15 @@ func TestClusterTLSChecksEachNodesAddress(t *testing.T) {
 		dlockRun(t, env, "--redis", url, "--cluster", node, "list").want(t, 0)
 	}
 }
+
+// TestTLSURLToPlainPort: rediss:// pointed at a port that speaks plain text
+// gets no answer to its TLS handshake (Redis waits for the end of what it
+// takes for an inline command). dlock exits 69 saying that the server
+// answers in plain text, not only that a deadline passed.
+func TestTLSURLToPlainPort(t *testing.T) {
+	t.Parallel()
+	r := dlockRun(t, nil, "--redis", "rediss://"+shared.Addr(), "list").want(t, exitUnavailable)
+	if !strings.Contains(r.stderr, "plain text") || !strings.Contains(r.stderr, "redis://"+shared.Addr()) {
+		t.Errorf("stderr %q: want it to say the server answers in plain text, at redis://%s", r.stderr, shared.Addr())
+	}
+}
