@@ -370,13 +370,7 @@ func TestLogLevels(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, _, _ := newTestClient(t, WithLogger(log))
 	ctx := context.Background()
-	l := mustLock(t, c, "logged")
-	inner, err := c.Lock(l.Context(), "logged")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = inner.Unlock(ctx)
-	_ = l.Unlock(ctx)
+	reenterAndUnlock(t, c, "logged")
 	short := mustLock(t, c, "logged", WithTTL(30*time.Millisecond), WithoutRenewal())
 	<-short.Done()
 	waitUntil(t, 5*time.Second, "the loss to be logged", func() bool {
@@ -442,13 +436,7 @@ func TestLogRecordsKeepHandlerKeys(t *testing.T) {
 	var buf syncBuffer
 	c, _, _ := newTestClient(t, WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	ctx := context.Background()
-	l := mustLock(t, c, "logged")
-	inner, err := c.Lock(l.Context(), "logged")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = inner.Unlock(ctx)
-	_ = l.Unlock(ctx)
+	reenterAndUnlock(t, c, "logged")
 	p, err := c.Semaphore("logged", 1).Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -475,6 +463,20 @@ func TestLogRecordsKeepHandlerKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// reenterAndUnlock locks key, re-enters it and unlocks both levels: the
+// acquisition, re-entry and release records of a lock.
+func reenterAndUnlock(t *testing.T, c *Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	l := mustLock(t, c, key)
+	inner, err := c.Lock(l.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = inner.Unlock(ctx)
+	_ = l.Unlock(ctx)
 }
 
 // logRecord is what tests read of a JSON log record.
