@@ -27,6 +27,11 @@ const (
 	// fallbackWait bounds a waiter's sleep when no holder's remaining lease
 	// is known (for example, the lock key has no expiry).
 	fallbackWait = time.Second
+	// endedReleaseWait bounds the wait for a failed attempt's release once
+	// the caller's ctx has ended: a node that answers does so well within
+	// it (the longest default per-node timeout), and a hung one is not
+	// waited out.
+	endedReleaseWait = MaxNodeTimeout
 )
 
 // Acquire takes the lock on a majority of the nodes, waiting if r.Wait.
@@ -438,9 +443,11 @@ func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence ui
 }
 
 // releaseAttempt releases the token's hold on the given nodes after a
-// failed attempt, waiting for them up to the timeout; the requests
-// themselves may take up to life, each after its node's acquire request
-// (sends).
+// failed attempt, waiting for them up to the timeout, and at most
+// endedReleaseWait once ctx has ended: its caller gave up, and no next
+// attempt needs the nodes freed. The requests themselves may take up to
+// life, each after its node's acquire request (sends), in the background
+// if not waited for (counted for Close by fanout).
 func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, nodes []int, wake bool, sends *acquireSends, timeout, life time.Duration) {
 	if len(nodes) == 0 {
 		return
@@ -449,14 +456,18 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 	if wake {
 		pub = "1"
 	}
-	// The requests outlive the wait: a slow node should still drop the hold.
-	rs := fanout(b, context.WithoutCancel(ctx), nodes, timeout, life, func(ctx context.Context, i int, rdb redis.UniversalClient) (int64, error) {
+	wctx, stop := endsAfter(ctx, endedReleaseWait)
+	defer stop()
+	// The requests outlive the wait (sends.after detaches them): a slow
+	// node should still drop the hold.
+	rs := fanout(b, wctx, nodes, timeout, life, func(ctx context.Context, i int, rdb redis.UniversalClient) (int64, error) {
 		ctx, cancel := sends.after(ctx, i, life)
 		defer cancel()
 		return releaseScript.Run(ctx, rdb, []string{k.lock, k.channel}, token, 1, pub).Int64()
 	}, nil)
 	for i, r := range rs {
-		if r.asked && r.err != nil {
+		// One not answered yet may still be applied.
+		if r.answered && r.err != nil {
 			b.log.Debug("redlock: release after a failed attempt failed; the hold expires with its lease",
 				"key", k.lock, "kind", "lock", "node", b.nodes[i].addr, "error", r.err)
 		}

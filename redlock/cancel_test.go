@@ -567,3 +567,52 @@ func TestCancelledMidAttemptLeavesNoHold(t *testing.T) {
 		t.Fatalf("%d holds left on the nodes by %d cancelled attempts", left, attempts)
 	}
 }
+
+// A Lock whose ctx ends while most nodes hang returns soon after, with
+// ctx's error: it does not wait out the per-node timeout for the release of
+// the attempt's holds. That release goes on in the background, and Close
+// waits for it: the hold the answering node granted is gone by then.
+func TestLockReturnsSoonAfterCtxWhileNodesHang(t *testing.T) {
+	cl := startCluster(t, 3)
+	hooks := make([]*timingHook, len(cl.rdbs))
+	for i, rdb := range cl.rdbs {
+		hooks[i] = &timingHook{}
+		rdb.AddHook(hooks[i])
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // connected to every node
+	cl.srvs[1].Pause(t)
+	cl.srvs[2].Pause(t)
+	lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = c.Lock(lctx, "job")
+	late := time.Since(deadlineOf(lctx))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock = %v, want context.DeadlineExceeded", err)
+	}
+	// The bug waited the per-node timeout (2 s) for the hung nodes.
+	if late > 500*time.Millisecond {
+		t.Errorf("Lock returned %v after its ctx ended, with two of three nodes hung", late.Round(time.Millisecond))
+	}
+	c.Close()
+	closed := time.Now()
+	if n := cl.rdbs[0].Exists(ctx, lockKey("job")).Val(); n != 0 {
+		t.Error("node 0 still holds the attempt's grant after Close")
+	}
+	for i, h := range hooks {
+		if d := h.lastEnd().Sub(closed); d > 100*time.Millisecond {
+			t.Errorf("node %d: a request was in flight %v after Close returned", i, d.Round(time.Millisecond))
+		}
+	}
+}
+
+// deadlineOf is ctx's deadline; ctx must have one.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}

@@ -172,3 +172,22 @@ func (b *redlock) all() []int {
 func detachedTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
+
+// endsAfter returns a context with ctx's values that ends d after ctx
+// ends (at once if d is 0), or when stop is called.
+func endsAfter(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ectx.Done():
+		}
+	})
+	return ectx, func() {
+		unhook()
+		cancel()
+	}
+}

@@ -354,6 +354,34 @@ func TestHungNodeDoesNotSlowTheLock(t *testing.T) {
 	_ = l.Unlock(ctx)
 }
 
+// TTL returns once a majority answered: a hung minority does not hold it
+// for the per-node timeout, during which the leases it read would age.
+func TestHungNodeDoesNotSlowTTL(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	const lease = 30 * time.Second // no renewal during the test
+	l := lockEveryNode(t, cl, c, "job", dlock.WithTTL(lease))
+	cl.srvs[2].Pause(t)
+	before := time.Now()
+	ttl, err := l.TTL(ctx)
+	took := time.Since(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bug waited for the hung node up to the per-node timeout of
+	// reads (min(lease/4, 1 s)).
+	if took > 500*time.Millisecond {
+		t.Errorf("TTL took %v with one node of three hung", took.Round(time.Millisecond))
+	}
+	if ttl <= 0 || ttl > lease {
+		t.Errorf("TTL = %v, want in (0, %v]", ttl, lease)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A hung node is reported as ErrNodeTimeout however the timeout shows:
 // go-redis reports a deadline it set on the connection (here its
 // ReadTimeout, shorter than the per-node timeout) as a net timeout.

@@ -190,7 +190,11 @@ func (b *redlock) errorFrom(op, key string, rs []reply[int64], yes func(int64) b
 }
 
 // TTL reads the remaining lease: how long a majority keeps the lock if it
-// is not renewed (the quorum-th longest of the nodes' remaining leases).
+// is not renewed, the shortest remaining lease of the first majority of
+// nodes that say they hold it. The nodes slower than that majority are not
+// waited for: their leases could only lengthen the answer (up to the
+// quorum-th longest of all the nodes' remaining leases), and the leases
+// read would age meanwhile, by up to the per-node timeout with a node hung.
 func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
 	d := data(l)
 	timeout := d.opTimeout(b)
@@ -203,8 +207,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 		}
 		return v, err
 	}, func(rs []reply[int64]) bool {
-		v := tally(rs)
-		return v.unknown == 0 // wait for every node: the answer is an order statistic
+		return b.outcome(tally(rs)) != backend.Unknown
 	})
 	switch b.outcome(tally(rs)) {
 	case backend.NotHeld:
@@ -222,9 +225,7 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 			pttls = append(pttls, p)
 		}
 	}
-	slices.Sort(pttls)
-	slices.Reverse(pttls)
-	return pttls[b.quorum-1], backend.Held, nil
+	return slices.Min(pttls), backend.Held, nil
 }
 
 // Release gives back holds down to level-1 on every node; the last hold
