@@ -198,6 +198,13 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 	handed := false
 	defer func() {
 		if !handed {
+			// Its AcquireEnd ran, panicking: a loss held back for it is
+			// reported now, and a later one as any other, or the
+			// Observer counts the lock held for good. A panic in Lost is
+			// logged: the caller gets AcquireEnd's.
+			if cause := c.dog.handedOut(h); cause != nil {
+				c.noPanic("Observer", func() { c.observeLost(h, cause) })
+			}
 			// Waited for as a grant that was not handed out is (acquire);
 			// counted for Close unless it has closed (Unlock still
 			// releases then).
@@ -213,9 +220,13 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 					// Unlock panicked before its release (the Observer's
 					// ReleaseStart), leaving the hold as it was: release
 					// it all the same, or the watchdog keeps it until Close.
+					// No ReleaseEnd ended the hold: it is reported as a
+					// failed release's, or the Observer counts it held.
 					if c.dog.remove(h) {
 						_, _ = c.release(uctx, h, 1)
-						h.cancel(ErrReleased)
+						cause := fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, errReleasePanicked)
+						h.cancel(cause)
+						c.observeLost(h, cause)
 					}
 				}()
 				_ = l.Unlock(uctx)

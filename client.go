@@ -131,10 +131,16 @@ func (c *Client) Close() error {
 		// client is still open.
 		backend.WaitBy(&c.ops, deadline)
 	})
-	// Once Close is done: the Observer's Lost may call Close itself.
+	// Once Close is done: the Observer's Lost may call Close itself. Each
+	// loss is reported even if Lost panics for another, whose panic then
+	// goes on to the caller.
+	var first *backend.Panic
 	for h, cause := range lost {
-		c.observeLost(h, cause)
+		if p := backend.Run(func() { c.observeLost(h, cause) }); first == nil {
+			first = p
+		}
 	}
+	first.Raise()
 	return nil
 }
 

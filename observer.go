@@ -22,10 +22,10 @@ import (
 // the Client's Close. A panic in AcquireEnd releases the lock it reports,
 // which the caller then never gets. A panic in a call from the watchdog or
 // a timer, which has no caller to go to, is logged (WithLogger) and
-// dropped: the watchdog goes on, and the Observer may miss the events of
-// that round (a lost lock's Context still ends). Embed NopObserver to
-// implement only some methods and to keep compiling when methods are
-// added.
+// dropped: the watchdog goes on, and the Observer may miss the other Renew
+// events of that round (each Lost is still reported, and a lost lock's
+// Context still ends). Embed NopObserver to implement only some methods
+// and to keep compiling when methods are added.
 //
 // For one acquisition, AcquireEnd comes after AcquireStart, and the
 // lock's Lost, if any (once at most), after AcquireEnd, even if the lock

@@ -1179,3 +1179,131 @@ func TestReleaseEndedOncePerHold(t *testing.T) {
 		checkEndedOnce(t, rec, false)
 	})
 }
+
+// Observers(a, b): a panic in a's Lost, for one of the locks a Close
+// ends, must not keep the others' losses from b: its gauge of held locks
+// would count them held for good.
+func TestObserversPanicInLostAtCloseStillTellsEachLoss(t *testing.T) {
+	rec := &recorder{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)))
+	mustLock(t, c, "a")
+	mustLock(t, c, "b")
+	mustPanic(t, "Lost", func() { _ = c.Close() })
+	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 2 {
+		t.Errorf("the last observer heard %d losses, want 2: Close ended both locks", n)
+	}
+}
+
+// stallLost holds the watchdog in the Lost of key "z" until the instant
+// until, so that the leases that run out meanwhile are found lost in one
+// round.
+type stallLost struct {
+	NopObserver
+	until time.Time
+}
+
+func (o *stallLost) Lost(e LostEvent) {
+	if e.Key == "z" {
+		time.Sleep(time.Until(o.until)) // the clock is what is waited for
+	}
+}
+
+// Observers(a, b): a panic in a's Lost, for one of the locks the watchdog
+// finds lost in a round, must not keep the others' losses from b.
+func TestObserversPanicInLostStillTellsEachLossOfARound(t *testing.T) {
+	rec, stall := &recorder{}, &stallLost{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(stall, panicOnEvents{}, rec)))
+	a := mustLock(t, c, "a", WithTTL(300*time.Millisecond), WithoutRenewal())
+	b := mustLock(t, c, "b", WithTTL(300*time.Millisecond), WithoutRenewal())
+	last := c.dog.deadline(b.h)
+	if d := c.dog.deadline(a.h); d.After(last) {
+		last = d
+	}
+	stall.until = last.Add(10 * time.Millisecond)
+	mustLock(t, c, "z", WithTTL(100*time.Millisecond), WithoutRenewal())
+	waitUntil(t, 5*time.Second, "the three losses to be reported", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 3
+	})
+}
+
+// panicOnGrantAfterLoss panics in AcquireEnd for a granted lock once its
+// hold has ended (the test closes lost once it has).
+type panicOnGrantAfterLoss struct {
+	NopObserver
+	paused, lost chan struct{}
+}
+
+func (o *panicOnGrantAfterLoss) AcquireEnd(_ context.Context, e AcquireEndEvent) {
+	if e.Outcome == AcquireOK {
+		close(o.paused)
+		<-o.lost
+		panic("observer bug")
+	}
+}
+
+// A lock lost while AcquireEnd reports its grant is reported Lost after
+// it (TestLostComesAfterAcquireEnd), also when AcquireEnd panics: else a
+// gauge of held locks counts it held for good.
+func TestObserverPanicAtGrantStillReportsALossMeanwhile(t *testing.T) {
+	rec, o := &recorder{}, &panicOnGrantAfterLoss{paused: make(chan struct{}), lost: make(chan struct{})}
+	c, _, _ := newTestClient(t, WithObserver(Observers(o, rec)))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = recover() }()
+		_, _ = c.Lock(context.Background(), "k", WithTTL(100*time.Millisecond), WithoutRenewal())
+	}()
+	<-o.paused
+	var h *hold
+	c.dog.mu.Lock()
+	for held := range c.dog.holds {
+		h = held
+	}
+	c.dog.mu.Unlock()
+	<-h.ctx.Done() // the watchdog found the lease over
+	waitUntil(t, 5*time.Second, "the loss to be held back for AcquireEnd", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return h.lostBy != nil
+	})
+	close(o.lost)
+	testutil.Receive(t, done, 5*time.Second, "Lock")
+	checkEndedOnce(t, rec, true)
+}
+
+// A lock whose AcquireEnd panicked is released by the Client; a loss
+// found while that release is under way (Redis slow to answer it, the
+// lease running out) is reported as any other.
+func TestObserverPanicAtGrantStillReportsALaterLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	rec, grant := &recorder{}, &panicOnGrant{}
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: held.run}},
+		WithObserver(Observers(grant, rec)))
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(held.release) }
+	t.Cleanup(release) // before Close, which would wait for it
+	grant.armed.Store(true)
+	held.arm()
+	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(context.Background(), "k", WithTTL(300*time.Millisecond), WithoutRenewal()) })
+	<-held.reached
+	waitUntil(t, 5*time.Second, "the loss to be reported", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.losts) }) == 1
+	})
+	release()
+	waitUntil(t, 5*time.Second, "the release to end", func() bool {
+		return rec.count(func(r *recorder) int { return len(r.releases) }) == 1
+	})
+	checkEndedOnce(t, rec, true)
+}
+
+// A lock whose AcquireEnd and ReleaseStart both panicked is released by
+// the Client all the same (TestObserverPanicAtGrantAndReleaseStartDoesNotKeepTheLock):
+// the Observers that heard its grant hear of its end.
+func TestObserverPanicAtGrantAndReleaseStartReportsTheEnd(t *testing.T) {
+	rec, o := &recorder{}, &panicOnGrantAndRelease{}
+	c, _, _ := newTestClient(t, WithObserver(Observers(rec, o)))
+	o.armed.Store(true)
+	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(context.Background(), "k") })
+	checkEndedOnce(t, rec, true)
+}

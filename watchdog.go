@@ -432,7 +432,9 @@ func (w *watchdog) lose(h *hold, cause error) {
 func (w *watchdog) loseAll(lost map[*hold]error) {
 	w.endAll(lost)
 	for h, cause := range lost {
-		w.report(h, cause)
+		// Each on its own: a panic in the Observer's Lost for one must
+		// not keep the others' from it.
+		w.c.noPanic("watchdog", func() { w.report(h, cause) })
 	}
 }
 

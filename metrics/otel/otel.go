@@ -260,6 +260,9 @@ func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) 
 // ReleaseEnd records the outcome and, for the last Unlock of a lock, its
 // hold time (an Unlock that ended the hold, Ended, counts it held no
 // more), and ends the span.
+// An Unlock that failed (ReleaseError) records no hold time: it may be
+// tried again, and the try Redis answers records it, once; if none is,
+// the hold counts as lost (release_failed).
 func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	out := e.Outcome.String()

@@ -253,6 +253,9 @@ func (o *Observer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) 
 // ReleaseEnd counts the outcome and, for the last Unlock of a lock,
 // observes its hold time; an Unlock that ended the hold (Ended) counts it
 // held no more.
+// An Unlock that failed (ReleaseError) records no hold time: it may be
+// tried again, and the try Redis answers records it, once; if none is,
+// the hold counts as lost (release_failed).
 func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
 	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
 	o.releases.WithLabelValues(g, k, e.Outcome.String()).Inc()

@@ -283,6 +283,22 @@ func (g *Generator) Held(held func(kind string) float64) {
 	_ = l.Unlock(ctx) // released: Close left the key
 	want("lock", 0, "after Close and Unlock")
 
+	// Beside an Observer of the application's that panics in Lost: Close
+	// ends two locks, and the panic for one must not hide the other.
+	closing, err = dlock.New(g.rdb, dlock.WithObserver(dlock.Observers(panicOnLost{}, g.obs)))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	lock(closing, "held:closed-a")
+	if _, err := closing.Lock(ctx, "held:closed-b"); err != nil {
+		g.t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = closing.Close()
+	}()
+	want("lock", 0, "after Close, its other Observer panicking in Lost")
+
 	// A release whose reply is lost: given up, then released by a retry.
 	failing, fail := failingReleases(g.t, g.rdb.Options().Addr, g.obs)
 	l = lock(failing, "held:retried")
@@ -338,6 +354,11 @@ func (g *Generator) Held(held func(kind string) float64) {
 	}
 	want("semaphore", 0, "after the permits' Unlock")
 }
+
+// panicOnLost is an Observer whose Lost panics.
+type panicOnLost struct{ dlock.NopObserver }
+
+func (panicOnLost) Lost(dlock.LostEvent) { panic("observer bug") }
 
 // failingReleases returns a Client on addr reporting to obs, and a function
 // after which its next script call fails, unanswered, as a release whose
