@@ -293,6 +293,10 @@ func (w *watchdog) extended(h *hold, start time.Time, ttl time.Duration, o backe
 		if r := start.Add(ttl / 3); r.Before(h.nextRenew) {
 			h.nextRenew = r
 		}
+		// A renewal may go early only by a sixth of the lease it now
+		// renews: the longer lease's sixth would leave it a third.
+		h.slack = min(h.slack, ttl/6)
+		h.trusted = min(h.trusted, ttl)
 	case o == backend.Held:
 		h.ttl = ttl
 		h.trust(start, ttl)

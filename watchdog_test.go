@@ -1026,11 +1026,12 @@ func TestSteadyStreamOfLocksRenewedInRounds(t *testing.T) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	var gaps, renewals int
-	var sum time.Duration
+	var sum, longest time.Duration
 	for _, l := range locks {
 		at := rt.at[c.keys(l.Key()).lock]
 		for i := 1; i < len(at); i++ {
 			sum += at[i].Sub(at[i-1])
+			longest = max(longest, at[i].Sub(at[i-1]))
 			gaps++
 		}
 		renewals += len(at)
@@ -1045,11 +1046,54 @@ func TestSteadyStreamOfLocksRenewedInRounds(t *testing.T) {
 	if mean < ttl*7/24 {
 		t.Errorf("each lock renewed every %v on average, want about %v", mean.Round(time.Millisecond), ttl/3)
 	}
+	// One that went early leaves the next due a third of the lease after
+	// it was due: at least half the lease is left when a renewal goes.
+	if longest > ttl/2+100*time.Millisecond {
+		t.Errorf("a lock renewed %v after its renewal before, want at most half its lease (%v)", longest.Round(time.Millisecond), ttl/2)
+	}
 	// A round trip goes when a renewal is due, and takes those due within
 	// a sixth of the lease: the next one is due later than that.
 	for i := 1; i < len(rt.sent); i++ {
 		if d := rt.sent[i].Sub(rt.sent[i-1]); d < ttl/6-20*time.Millisecond {
 			t.Fatalf("a renewal round trip %v after the one before, want one per %v at most", d.Round(time.Millisecond), ttl/6)
 		}
+	}
+}
+
+// A renewal is sent with at least half the trusted lease left (at most
+// half a lease after the one before), also once an Extend to a shorter
+// lease failed with its outcome unknown: from then on the lock is renewed
+// for that lease, and may go early only by a sixth of it. Another lock's
+// renewal due at once pulls this one along.
+func TestRenewalAfterShorterExtendOfUnknownOutcomeLeavesHalfTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	lost, arm := failNext(errors.New("reply lost"))
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): lost}})
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	rdb.AddHook(renewalTimesHook{r: rt})
+	ctx := context.Background()
+	renewals := func(key string) []time.Time {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return slices.Clone(rt.at[c.keys(key).lock])
+	}
+
+	const short = 2400 * time.Millisecond // renewed every 800 ms, up to 400 ms early
+	l := mustLock(t, c, "shortened", WithTTL(time.Minute))
+	defer l.Unlock(ctx)
+	arm()
+	if err := l.Extend(ctx, short); err == nil {
+		t.Fatal("Extend with its reply lost succeeded")
+	}
+	// A lock renewed every 20 ms: its first renewal takes along the
+	// renewals due within their slack.
+	other := mustLock(t, c, "other", WithTTL(60*time.Millisecond))
+	waitUntil(t, 5*time.Second, "a renewal of the shortened lock", func() bool { return len(renewals("shortened")) > 0 })
+	_ = other.Unlock(ctx)
+	waitUntil(t, 5*time.Second, "two renewals of the shortened lock", func() bool { return len(renewals("shortened")) > 1 })
+	at := renewals("shortened")
+	if gap := at[1].Sub(at[0]); gap > short/2+100*time.Millisecond {
+		t.Errorf("renewals of a %v lease %v apart: %v of it left when the second was sent, want at least half",
+			short, gap.Round(time.Millisecond), (short - gap).Round(time.Millisecond))
 	}
 }

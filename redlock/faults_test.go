@@ -565,9 +565,10 @@ func TestDegradedModeOnlyWhenUnreachable(t *testing.T) {
 
 // docs/safety.md (Redlock, Exclusion): "A holds nodes 1-3 of 5; node 3
 // crashes and restarts empty at once; B takes nodes 3-5. Both believe they
-// hold the lock until A's next renewal (up to lease/3 later) finds that it
-// lost the majority"; and (The algorithm) "A renewal never gives a node
-// back a lock it lost". TestRestartedEmptyNodeAndFencing ends the window
+// hold the lock until A's next renewal (up to lease/3 later, lease/2 after
+// one that went early) finds that it lost the majority" (A's is its only
+// lock: its renewals never go early); and (The algorithm) "A renewal never
+// gives a node back a lock it lost". TestRestartedEmptyNodeAndFencing ends the window
 // with an Extend and a 10 s lease, so neither the watchdog's bound nor what
 // the renewal leaves on the nodes is checked.
 func TestRestartedEmptyNodeLossKnownAtNextRenewal(t *testing.T) {

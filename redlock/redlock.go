@@ -88,9 +88,10 @@ import (
 
 // Defaults of Config.
 const (
-	// MaxNodeTimeout is the default per-node timeout of an acquisition
-	// attempt: a node that has not answered by then counts as failed. The
-	// default is the lease/10, at most MaxNodeTimeout (and at least 2 ms).
+	// MaxNodeTimeout bounds the default per-node timeout of an acquisition
+	// attempt (a node that has not answered by then counts as failed): the
+	// lease/10, at most MaxNodeTimeout (and at least 2 ms). An explicit
+	// Config.NodeTimeout is not bounded by it.
 	MaxNodeTimeout = 50 * time.Millisecond
 	// DefaultRetryDelay is the default bound of the random delay before an
 	// attempt that lost a race (no majority for anyone) is retried (see

@@ -30,8 +30,9 @@ func (a *app) releaseCmd() *cobra.Command {
 		Long: `Release --force removes the lock KEY whoever holds it, as an operator clearing
 a stuck lock, and hands it to the first waiter in the queue (which is woken at
 once). It prints what it removed, as read just before removing it. The holder
-is not told until its next renewal (within a third of its lease); a 'dlock run'
-holder then stops its command and exits with status 79.
+is not told until its next renewal (within a third of its lease, or half after
+one that went early to share a round trip); a 'dlock run' holder then stops its
+command and exits with status 79.
 
 Only the holder it read is removed: if that one released the lock, or another
 took it, between the read and the removal, nothing is removed and it exits
