@@ -130,7 +130,7 @@ func (a *app) heldBy(c *conn, key string) string {
 	case info == nil:
 		return ""
 	case info.Held:
-		return fmt.Sprintf(" by %s (fence %d, %s of lease left)", holderText(info.Holder), info.Fence, human(info.TTL))
+		return fmt.Sprintf(" by %s (fence %d, %s)", holderText(info.Holder), info.Fence, leaseText(info.TTL))
 	case info.Waiters > 0:
 		return fmt.Sprintf(" (just handed over: %d waiters are queued)", info.Waiters)
 	default:

@@ -430,3 +430,27 @@ func TestListLongBoundsEachRequest(t *testing.T) {
 		t.Errorf("list --long: want a header and 3 locks\n%s", p.stdout.String())
 	}
 }
+
+// A lock hash without an expiry (made by hand, or by a broken client)
+// never frees itself: inspect and list --long say so, not "0s" of lease
+// left, which reads as a lock about to be free.
+func TestAdminLockWithoutExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	if err := srv.Client(t).HSet(context.Background(), "dlock:{no-expiry}", ":fence", "7", "0123abcd", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "--redis", url, "inspect", "no-expiry").want(t, 0)
+	if !strings.Contains(r.stdout, "lease     no expiry: it never frees itself") || strings.Contains(r.stdout, "0s") {
+		t.Errorf("inspect of a lock without expiry:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
+	if got := lines(r.stdout); len(got) != 2 || !strings.HasPrefix(got[1], "no-expiry  no expiry  ") {
+		t.Errorf("list --long of a lock without expiry:\n%s", r.stdout)
+	}
+	r = dlockRun(t, nil, "--redis", url, "run", "--no-wait", "no-expiry", "--", "true").want(t, exitNotObtained)
+	if !strings.Contains(r.stderr, "(fence 7, no expiry: it never frees itself)") {
+		t.Errorf("run --no-wait on a lock without expiry:\n%s", r.stderr)
+	}
+}

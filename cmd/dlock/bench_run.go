@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -186,7 +188,7 @@ func (b *bencher) contended(ctx context.Context) (*contendedResult, error) {
 				if w := lastWorker.Load(); w >= 0 && w != int64(i) {
 					gaps[i] = append(gaps[i], got.Sub(start)-time.Duration(lastRelease.Load()))
 				}
-				time.Sleep(b.f.hold) // the critical section's work
+				holdFor(ctx, b.f.hold) // the critical section's work
 				lastWorker.Store(int64(i))
 				lastRelease.Store(int64(time.Since(start)))
 				inside.Add(-1)
@@ -235,6 +237,17 @@ func (b *bencher) contended(ctx context.Context) (*contendedResult, error) {
 	}, nil
 }
 
+// holdFor waits for d, the critical section's work, or until ctx ends (the
+// bench was interrupted): a long --hold must not delay the Ctrl-C.
+func holdFor(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // unlock releases l even if ctx has ended (the bench was interrupted):
 // else the lock would stay held for a whole --ttl.
 func unlock(ctx context.Context, l *dlock.Lock) error {
@@ -272,17 +285,23 @@ func perOp(n, ops int64) float64 {
 
 // cleanup deletes the fence counters the bench left (they outlive their
 // locks by design, and expire 24 hours after their creation; their names
-// are documented in the README).
+// are documented in the README). They are deleted in one pipeline (a
+// request per node), within releaseTimeout as the locks are released: one
+// round trip per key, each waiting out the read timeout and its retries,
+// would keep an interrupted bench on a hung Redis for most of a minute.
 func (b *bencher) cleanup() {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	keys := []string{b.contendedKey()}
 	for i := range b.f.goroutines {
 		keys = append(keys, b.uncontendedKey(i))
 	}
-	for _, k := range keys {
-		_ = b.c.rdb.Del(ctx, b.conn.prefix+"{"+k+"}:fence").Err() // k starts with "bench-", never '}'
-	}
+	_, _ = b.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, b.conn.prefix+"{"+k+"}:fence") // k starts with "bench-", never '}'
+		}
+		return nil
+	})
 }
 
 func (r *uncontendedResult) print(w io.Writer) {

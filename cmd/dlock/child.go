@@ -254,6 +254,10 @@ func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Si
 	stop := func(cause error, what string) {
 		lost, lockDone, holdC = cause, nil, nil
 		ch.signal(syscall.SIGTERM) // before telling of it: stderr may be slow
+		// A stopped command (SIGSTOP, a Ctrl-Z meant for it) cannot act on
+		// the SIGTERM before it is continued, and would only be SIGKILLed
+		// once --grace ends: resumed, as a service manager does.
+		ch.signal(syscall.SIGCONT)
 		note("dlock: %s: sent SIGTERM to the command, SIGKILL in %v\n", what, grace)
 		graceTimer.Reset(grace)
 		graceC = graceTimer.C

@@ -255,13 +255,20 @@ func (a *app) connect(ctx context.Context, name string, opts ...dlock.Option) (*
 	c := &conn{rdb: rdb, locks: locks, desc: desc}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
+	plainText := a.conn.watchPlainText(pctx, cancel)
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		c.Close()
+		addr, looked := plainText()
 		if a.conn.loneUserinfo() && strings.Contains(err.Error(), "NOAUTH") {
 			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v (the URL gives a user name but no password: for a password alone, write redis://:PASSWORD@host)", desc, err)
 		}
-		if addr := a.conn.plainTextServer(); addr != "" && !errors.Is(err, context.Canceled) {
-			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v (no answer to the TLS handshake: %s speaks plain text, so use redis://%s; rediss:// is for a TLS port)", desc, err, addr, addr)
+		if !looked {
+			addr = a.conn.plainTextServer()
+		}
+		// Not when a signal ended the wait (run, demo, bench): that is
+		// what the caller says.
+		if addr != "" && !errors.Is(ctx.Err(), context.Canceled) {
+			return nil, exitf(exitUnavailable, "cannot reach Redis at %s: no answer to the TLS handshake: %s speaks plain text, so use redis://%s; rediss:// is for a TLS port", desc, addr, addr)
 		}
 		return nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", desc, err)
 	}

@@ -28,6 +28,25 @@ func human(d time.Duration) string {
 	}
 }
 
+// leaseLeft is the lease a held lock has left, as list --long shows it.
+// The library reads a lock's key without an expiry (made by hand, or by a
+// broken client) as a TTL of 0: such a lock never frees itself, which
+// "0s" would hide.
+func leaseLeft(ttl time.Duration) string {
+	if ttl <= 0 {
+		return "no expiry"
+	}
+	return human(ttl)
+}
+
+// leaseText is leaseLeft in a sentence: "29.50s of lease left".
+func leaseText(ttl time.Duration) string {
+	if ttl <= 0 {
+		return "no expiry: it never frees itself"
+	}
+	return human(ttl) + " of lease left"
+}
+
 // keyText is a lock name as the human output shows it: as it is if it is
 // printable UTF-8, else quoted as a Go string, so that a newline cannot
 // split it over lines (and forge one) and a byte 0xff, text/tabwriter's

@@ -22,7 +22,8 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Show a lock's (or semaphore's) state: holders, leases, fencing tokens, waiters",
 		Long: `Inspect reads a lock in one script, without changing it: whether it is
 held, by whom (host, pid, client and metadata recorded when it was taken),
-since when, how much lease is left, its fencing token, hold count (reentrant
+since when, how much lease is left (or "no expiry" for a key made without
+one, which never frees itself), its fencing token, hold count (reentrant
 holds) and how many waiters are queued. For a free lock the fence shown is
 the last one issued. The exit status is 0 whether the lock is held or free;
 other code's data at the names of the lock's fence counter or waiters is
@@ -110,7 +111,11 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) error {
 	f.line("state", "held")
 	f.line("holder", "%s", holderText(info.Holder))
 	f.line("acquired", "%s", ago(info.AcquiredAt))
-	f.line("lease", "%s left", human(info.TTL))
+	if info.TTL > 0 {
+		f.line("lease", "%s left", human(info.TTL))
+	} else {
+		f.line("lease", "%s", leaseText(info.TTL))
+	}
 	f.line("fence", "%d", info.Fence)
 	f.line("holds", "%d", info.HoldCount)
 	f.line("owner", "%s", info.Owner)

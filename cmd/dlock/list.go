@@ -120,7 +120,7 @@ code's data at their waiters' names is said as for a lock).`,
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tLEASE LEFT\tFENCE\tWAITERS\tHOLDER")
 			for _, i := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", keyText(i.Key), human(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", keyText(i.Key), leaseLeft(i.TTL), i.Fence, i.Waiters, holderText(i.Holder))
 			}
 			if err := outputFailed(tw.Flush()); err != nil {
 				return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"time"
 
@@ -11,6 +12,40 @@ import (
 // plainProbeTimeout bounds the look at whether a server that rediss://
 // could not reach speaks plain text.
 const plainProbeTimeout = time.Second
+
+// plainProbeDelay is how long the first ping waits for an answer before
+// dlock looks whether the server speaks plain text (watchPlainText).
+const plainProbeDelay = time.Second
+
+// watchPlainText looks for a server that speaks plain text, as
+// plainTextServer does, once the first ping (ctx) has gone unanswered for
+// plainProbeDelay, and ends the ping (cancel) if it finds one: it would
+// only wait out its limit. A TLS server never answers the probe, however
+// slow its handshake. The function it returns, called once the ping
+// failed, gives that server's address ("" if none), and whether it looked
+// (it waits for a look under way).
+func (f *connFlags) watchPlainText(ctx context.Context, cancel context.CancelFunc) func() (addr string, looked bool) {
+	var found string
+	var looked bool
+	done := make(chan struct{})
+	t := time.AfterFunc(plainProbeDelay, func() {
+		defer close(done)
+		if ctx.Err() != nil {
+			return // answered, or failed, meanwhile
+		}
+		looked = true
+		if found = f.plainTextServer(); found != "" {
+			cancel()
+		}
+	})
+	return func() (string, bool) {
+		if t.Stop() {
+			return "", false
+		}
+		<-done
+		return found, looked
+	}
+}
 
 // plainTextServer returns the first address, of those dlock dials itself
 // for a TLS URL (the URL's, or --cluster's, --sentinel's), at which a

@@ -60,7 +60,8 @@ holder that paused past its lease.
 
 If the lock is lost while COMMAND runs (a renewal finds another owner, Redis
 cannot be reached for a whole lease), or --max-hold passes, COMMAND's process
-group gets SIGTERM, then SIGKILL after --grace, and dlock exits with status 79.
+group gets SIGTERM (and SIGCONT, so that a stopped COMMAND can act on it),
+then SIGKILL after --grace, and dlock exits with status 79.
 After --max-hold the lock is renewed during the grace period and released once
 COMMAND is gone.
 

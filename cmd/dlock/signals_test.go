@@ -530,3 +530,108 @@ func fullPipe(t *testing.T) (r, w *os.File) {
 	}
 	return r, w
 }
+
+// A COMMAND that is stopped (SIGSTOP, or a Ctrl-Z meant for it alone)
+// when dlock stops it for a lost lock cannot act on the SIGTERM until it
+// is continued: dlock sends SIGCONT after it, as a service manager does,
+// so that it shuts down within --grace rather than being SIGKILLed when
+// --grace ends.
+func TestRunStopContinuesAStoppedCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+	key := testKey(t)
+	const grace = 30 * time.Second
+	p := start(t, baseEnv("LOG="+log, "PIDF="+pidFile), "--redis", sharedURL(), "--ttl", "600ms",
+		"run", "--grace", grace.String(), key, "--",
+		"sh", "-c", `trap 'echo TERM >> "$LOG"; exit 3' TERM; echo $$ > "$PIDF"; echo started >> "$LOG"; sleep 1000 & wait`)
+	waitUntil(t, 10*time.Second, "the command to start", func() bool { return fileText(log) == "started\n" })
+	pid, err := strconv.Atoi(strings.TrimSpace(fileText(pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the command to be stopped", func() bool { return processState(pid) == 'T' })
+	released := time.Now()
+	if err := lockClient(t, shared.Addr()).ForceRelease(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != exitLockLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr.String())
+	}
+	if took := time.Since(released); took >= grace {
+		t.Errorf("dlock exited %v after the loss: the stopped command waited out --grace %v", took.Round(time.Millisecond), grace)
+	}
+	if got := fileText(log); got != "started\nTERM\n" {
+		t.Errorf("command log %q: it did not act on the SIGTERM", got)
+	}
+	if stderr := p.stderr.String(); !strings.Contains(stderr, "its status: 3") {
+		t.Errorf("stderr lacks the command's own status 3:\n%s", stderr)
+	}
+}
+
+// A worker of bench's contended scenario holds the lock for --hold: an
+// interrupt during the hold ends the bench at once (releasing the lock),
+// not once the hold is over.
+func TestBenchInterruptedDuringHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const hold = 30 * time.Second
+	p := start(t, nil, "--redis", redisURL(srv.Addr()), "--ttl", "2m", "bench",
+		"--goroutines", "0", "--workers", "1", "--hold", hold.String(), "--duration", "1m")
+	// Held for a while, the lock is the hold's, not the warm-up's (taken
+	// and released at once).
+	c := lockClient(t, srv.Addr())
+	waitUntil(t, 30*time.Second, "a worker to hold the lock for --hold", func() bool {
+		keys := rdb.Keys(t.Context(), "dlock:{bench-*:c}").Val()
+		if len(keys) != 1 {
+			return false
+		}
+		info, err := c.Inspect(t.Context(), strings.TrimSuffix(strings.TrimPrefix(keys[0], "dlock:{"), "}"))
+		return err == nil && info.Held && time.Since(info.AcquiredAt) > 200*time.Millisecond
+	})
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit status %d, want %d\nstderr: %s", code, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	if took := time.Since(sent); took > hold/2 {
+		t.Errorf("bench exited %v after SIGTERM: it waited for the --hold %v to end", took.Round(time.Millisecond), hold)
+	}
+	if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
+		t.Errorf("the interrupted bench left keys behind: %q", keys)
+	}
+}
+
+// An interrupt while Redis hangs ends bench once the locks are given up
+// and its fence counters deleted, each within a bound of its own, not
+// after a round trip per key, each waiting out the read timeout and its
+// retries: that took most of a minute with the default 32 goroutines.
+func TestBenchInterruptedWithHungRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	p := start(t, nil, "--redis", redisURL(srv.Addr()), "bench", "--goroutines", "32", "--duration", "1m")
+	waitUntil(t, 30*time.Second, "the last goroutine to lock", func() bool {
+		return len(rdb.Keys(t.Context(), "*:u:31}:fence").Val()) > 0
+	})
+	srv.Pause(t)
+	defer srv.Resume(t)
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit status %d, want %d\nstderr: %s", code, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	// The release (releaseTimeout), the cleanup (as long) and closing the
+	// Client (as long), with room for a loaded machine.
+	if took, bound := time.Since(sent), 6*releaseTimeout; took > bound {
+		t.Errorf("bench exited %v after SIGTERM with Redis hung, more than %v", took.Round(time.Millisecond), bound)
+	}
+}

@@ -127,11 +127,16 @@ func TestClusterTLSChecksEachNodesAddress(t *testing.T) {
 // TestTLSURLToPlainPort: rediss:// pointed at a port that speaks plain text
 // gets no answer to its TLS handshake (Redis waits for the end of what it
 // takes for an inline command). dlock exits 69 saying that the server
-// answers in plain text, not only that a deadline passed.
+// answers in plain text, not only that a deadline passed; and says so
+// once it has found out, not after the whole limit of the first ping.
 func TestTLSURLToPlainPort(t *testing.T) {
 	t.Parallel()
+	started := time.Now()
 	r := dlockRun(t, nil, "--redis", "rediss://"+shared.Addr(), "list").want(t, exitUnavailable)
 	if !strings.Contains(r.stderr, "plain text") || !strings.Contains(r.stderr, "redis://"+shared.Addr()) {
 		t.Errorf("stderr %q: want it to say the server answers in plain text, at redis://%s", r.stderr, shared.Addr())
+	}
+	if took := time.Since(started); took >= pingTimeout-time.Second {
+		t.Errorf("dlock told of the plain-text port %v after it started, near the %v ping limit", took.Round(time.Millisecond), pingTimeout)
 	}
 }
