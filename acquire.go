@@ -26,9 +26,11 @@ import (
 // an Unlock whose ctx has ended waits for its release). If it does not (it
 // hangs; on Redis Cluster, the lock's slot is being migrated), Lock
 // returns then, about 1 s past ctx's end at most, and the leaving goes on
-// in the background; Close waits for it. go-redis honours ctx's deadline
-// only with Options.ContextTimeoutEnabled: without it, a check on its way
-// when ctx ends is waited for up to the client's ReadTimeout.
+// in the background; Close waits for it. go-redis cuts a request short at
+// ctx's deadline only with Options.ContextTimeoutEnabled, and never at a
+// cancellation: a check on its way when ctx is cancelled (or, without that
+// option, when its deadline passes) is waited for up to the client's
+// ReadTimeout.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }

@@ -886,6 +886,88 @@ func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 	}
 }
 
+// Permits share the waiting and leaving of a lock, with scripts of their
+// own: a waiter of a Semaphore or an RWMutex whose ctx ends while Redis
+// hangs returns about endedUnlockWait later too, as does an Unlock of
+// permits whose ctx has ended, and Close waits for the leaving.
+func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
+	type take func(ctx context.Context, opts ...LockOption) (*Lock, error)
+	permits := func(n int64) func(*Client, string) take {
+		return func(c *Client, name string) take {
+			return func(ctx context.Context, opts ...LockOption) (*Lock, error) {
+				return c.Semaphore(name, 2).Acquire(ctx, n, opts...)
+			}
+		}
+	}
+	read := func(c *Client, name string) take { return c.RWMutex(name).RLock }
+	write := func(c *Client, name string) take { return c.RWMutex(name).Lock }
+	sem := func(c *Client) *Semaphore { return c.Semaphore("hung", 2) }
+	rw := func(c *Client) *Semaphore { return c.RWMutex("hung").sem() }
+	for _, tc := range []struct {
+		name       string
+		hold, wait func(c *Client, name string) take
+		queue      func(c *Client) *Semaphore // whose queue the waiter joins
+	}{
+		{"SemaphoreAcquire", permits(2), permits(1), sem},
+		{"RWMutexRLock", write, read, rw},
+		{"RWMutexLock", read, write, rw},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := startProxy(t, srv.Addr())
+			cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { cut.Close() }) // after the Client's Close
+			c := newClientOn(t, cut, WithQueueTTL(30*time.Second))
+			rdb := srv.Client(t)
+			holder := newClientOn(t, rdb)
+			ctx := context.Background()
+			long := WithTTL(30 * time.Second)
+			h, err := tc.hold(holder, "hung")(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Unlock(ctx)
+			// Held through the Client whose Redis hangs: unlocked once it does.
+			own, err := tc.hold(c, "own")(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			deadline, _ := wctx.Deadline()
+			got := inBackground(func() (*Lock, error) { return tc.wait(c, "hung")(wctx) })
+			waitSemQueued(t, rdb, tc.queue(c), 1)
+			proxy.Freeze()
+			defer proxy.Thaw()
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter's ctx ended before Redis stopped answering")
+			}
+			r := <-got
+			if took := time.Since(deadline); took > endedUnlockWait+time.Second {
+				t.Errorf("the waiter returned %v after its ctx ended, with Redis not answering", took.Round(time.Millisecond))
+			}
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("waiter whose ctx ended while Redis hung = %v, %v, want DeadlineExceeded", r.l, r.err)
+			}
+
+			ended, end := context.WithCancel(ctx)
+			end()
+			start := time.Now()
+			_ = own.Unlock(ended)
+			if took := time.Since(start); took > endedUnlockWait+time.Second {
+				t.Errorf("Unlock with an ended ctx returned after %v, with Redis not answering", took.Round(time.Millisecond))
+			}
+
+			proxy.Thaw()
+			c.Close()
+			if n := rdb.ZCard(ctx, semKeys(tc.queue(c)).queue).Val(); n != 0 {
+				t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
+			}
+		})
+	}
+}
+
 // A grant that cannot be handed out (its reply came after the lease could be
 // trusted, or the Client was closed meanwhile) is released before TryLock
 // returns, and that release waits for Redis as long as a waiter's leaving
