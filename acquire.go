@@ -251,9 +251,10 @@ func (c *Client) reenter(ctx context.Context, h *hold) (*Lock, error) {
 	n, err := h.changeLevel(ctx, func(levels int) (int64, error) {
 		return c.beReenter(ctx, h, levels+1)
 	})
-	if err != nil && errors.As(err, new(notSentError)) && h.ctx.Err() != nil {
-		// It waited for another level change, and the hold ended
-		// meanwhile (ctx is usually the hold's own): say why.
+	if err != nil && h.ctx.Err() != nil && (errors.As(err, new(notSentError)) || ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		// It waited for another level change, or its request was cut
+		// short by ctx, and the hold ended meanwhile (ctx is usually the
+		// hold's own, which that end cancelled): say why.
 		return nil, reenterEnded(h)
 	}
 	if err != nil {

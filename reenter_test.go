@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,4 +253,30 @@ func TestReenterWaitingWhenTheHoldEndsSaysWhy(t *testing.T) {
 	}
 	held.release()
 	testutil.Receive(t, first, 5*time.Second, "the first re-entry")
+}
+
+// A re-entry with the lock's own Context, whose outer Unlock ends the hold
+// between the re-entry's look at it and its request, fails with the hold's
+// end (ErrReleased), as documented, not with the bare context.Canceled its
+// context ended with.
+func TestReenterRacingOuterUnlockSaysWhy(t *testing.T) {
+	srv := redistest.Start(t)
+	var outer *Lock
+	var armed atomic.Bool
+	unlocked := make(chan error, 1)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{reenterScript.Hash(): func() error {
+		if armed.CompareAndSwap(true, false) {
+			unlocked <- outer.Unlock(context.Background())
+		}
+		return nil // the re-entry goes on, its context now ended
+	}}})
+	outer = mustLock(t, c, "reenter-racing")
+	armed.Store(true)
+	_, err := c.Lock(outer.Context(), "reenter-racing")
+	if uerr := testutil.Receive(t, unlocked, 5*time.Second, "the outer Unlock"); uerr != nil {
+		t.Fatal(uerr)
+	}
+	if !errors.Is(err, ErrReleased) {
+		t.Errorf("re-entry racing the outer Unlock = %v, want ErrReleased", err)
+	}
 }

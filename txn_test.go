@@ -635,3 +635,119 @@ func TestTxnAfterAnEarlyRenewal(t *testing.T) {
 		t.Fatalf("counter = %q, want 1", n)
 	}
 }
+
+// A Txn after Close, while the lock's Unlock hangs (the hold is left to
+// that Unlock until its lease's deadline), with the renewal due: nothing
+// renews the lock any more, so the Txn must not wait for that renewal,
+// which would hold it until the lease's deadline.
+func TestTxnAfterCloseDuringUnlockDoesNotWaitForARenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	c, rdb := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}})
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	l := mustLock(t, c, "k", WithTTL(ttl))
+	held.arm()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	<-held.reached
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ttl, "the renewal to be due", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.txnDue(time.Now())
+	})
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		done <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Set(ctx, l.SlotKey("data"), "x", 0)
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Txn = %v, want nil: the lease is still trusted", err)
+		}
+		if rdb.Exists(ctx, l.SlotKey("data")).Val() != 1 {
+			t.Error("Txn returned nil but applied nothing")
+		}
+	case <-time.After(ttl / 6):
+		t.Errorf("Txn still waiting %v after it began (its lease's deadline is in %v)", time.Since(start), time.Until(c.dog.deadline(l.h)))
+		<-done
+	}
+	held.release()
+	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
+}
+
+// stallingLost is an Observer whose Lost of key blocks the watchdog's loop
+// (which reports the losses it finds) until resume is closed.
+type stallingLost struct {
+	NopObserver
+	key     string
+	reached chan struct{}
+	resume  chan struct{}
+}
+
+func (o *stallingLost) Lost(e LostEvent) {
+	if e.Key == o.key {
+		close(o.reached)
+		<-o.resume
+	}
+}
+
+// A Txn waiting for a due renewal when Close comes, while the lock's
+// Unlock hangs, is not left waiting for that renewal, which the stopped
+// loop never sends: it goes on without it, not at the lease's deadline.
+func TestTxnWaitingForARenewalAtCloseDuringUnlock(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	o := &stallingLost{key: "stall", reached: make(chan struct{}), resume: make(chan struct{})}
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}}, WithObserver(o))
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	l := mustLock(t, c, "k", WithTTL(ttl))
+	held.arm()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	<-held.reached
+	// The loop, reporting this lock's loss, sends no renewal meanwhile.
+	mustLock(t, c, "stall", WithTTL(MinTTL), WithoutRenewal())
+	testutil.Receive(t, o.reached, 5*time.Second, "the loss that stalls the loop")
+	waitUntil(t, ttl, "the renewal to be due", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.txnDue(time.Now())
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Set(ctx, l.SlotKey("data"), "x", 0)
+			return nil
+		})
+	}()
+	waitUntil(t, 5*time.Second, "the Txn to wait for the renewal", func() bool {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.idle != nil
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(o.resume)
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Txn = %v, want nil: the lease is still trusted", err)
+		}
+	case <-time.After(ttl / 6):
+		t.Errorf("Txn still waiting %v after Close (its lease's deadline is in %v)", time.Since(start), time.Until(c.dog.deadline(l.h)))
+		<-done
+	}
+	held.release()
+	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
+}

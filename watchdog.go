@@ -182,13 +182,13 @@ func (w *watchdog) claim(ctx context.Context, h *hold) error {
 }
 
 // awaitIdle waits until no renewal or Extend of h is under way, nor, with
-// due, a renewal due now (it pokes the loop to send it). It fails with
-// ctx's error, or with h's cause once h has ended (lost, closed or
-// released), while it waits too. Called with mu held, which it lets go of
-// while it waits.
+// due, a renewal due now (it pokes the loop to send it; after close, none
+// is sent). It fails with ctx's error, or with h's cause once h has ended
+// (lost, closed or released), while it waits too. Called with mu held,
+// which it lets go of while it waits.
 func (w *watchdog) awaitIdle(ctx context.Context, h *hold, due bool) error {
 	for h.ctx.Err() == nil {
-		if !h.busy && !(due && h.txnDue(time.Now())) {
+		if !h.busy && !(due && h.txnDue(time.Now()) && !w.closed()) {
 			return nil
 		}
 		if !h.busy {
@@ -212,6 +212,17 @@ func (w *watchdog) awaitIdle(ctx context.Context, h *hold, due bool) error {
 		}
 	}
 	return context.Cause(h.ctx)
+}
+
+// closed reports whether close has stopped the loop: a renewal due is
+// never sent (a hold left to its Unlock under way is renewed no more).
+func (w *watchdog) closed() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // txnBegin records that a Txn of h is under way, once a renewal or an
@@ -394,6 +405,11 @@ func (w *watchdog) close() map[*hold]error {
 			// then (as the loop would have declared it), lest its Context
 			// outlive its lease.
 			w.holds[h] = struct{}{}
+			if !h.busy {
+				// A Txn waiting for a renewal due (awaitIdle) goes on
+				// without it: the loop sends none any more.
+				w.finish(h)
+			}
 			h.expiry = time.AfterFunc(time.Until(h.deadline), func() {
 				if w.remove(h) {
 					w.c.noPanic("watchdog", func() {
