@@ -382,6 +382,44 @@ func TestHungNodeDoesNotSlowTTL(t *testing.T) {
 	}
 }
 
+// TTL is how long a majority keeps the lock: the quorum-th longest of the
+// nodes' leases. Nodes with a shorter lease answering first (an Extend
+// that reached only a majority, its others still on their way) must not
+// make it the shortest lease of the first majority to answer, when the
+// others answer soon after.
+func TestTTLIsTheMajorityLeaseWhenShorterLeasesAnswerFirst(t *testing.T) {
+	cl := startCluster(t, 5)
+	hooks := make([]*slowScripts, len(cl.rdbs))
+	for i, rdb := range cl.rdbs {
+		hooks[i] = &slowScripts{delay: 10 * time.Millisecond}
+		rdb.AddHook(hooks[i])
+	}
+	c := cl.locker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job", dlock.WithTTL(30*time.Second))
+	// Nodes 0-2, the majority, have the longer lease, and answer a little
+	// later than nodes 3 and 4.
+	for i := range 3 {
+		if err := cl.rdbs[i].PExpire(ctx, lockKey("job"), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		hooks[i].armed.Store(true)
+	}
+	ttl, err := l.TTL(ctx)
+	for _, h := range hooks {
+		h.armed.Store(false)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < 50*time.Second {
+		t.Errorf("TTL = %v with 3 of 5 nodes holding the lock for a minute, want about a minute", ttl)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A hung node is reported as ErrNodeTimeout however the timeout shows:
 // go-redis reports a deadline it set on the connection (here its
 // ReadTimeout, shorter than the per-node timeout) as a net timeout.

@@ -189,25 +189,47 @@ func (b *redlock) errorFrom(op, key string, rs []reply[int64], yes func(int64) b
 	return e
 }
 
+// ttlStragglerWait bounds how long TTL waits for the other nodes once a
+// majority said it holds the lock: nodes that answer do so well within it
+// (the longest default per-node timeout).
+const ttlStragglerWait = MaxNodeTimeout
+
 // TTL reads the remaining lease: how long a majority keeps the lock if it
-// is not renewed, the shortest remaining lease of the first majority of
-// nodes that say they hold it. The nodes slower than that majority are not
-// waited for: their leases could only lengthen the answer (up to the
-// quorum-th longest of all the nodes' remaining leases), and the leases
-// read would age meanwhile, by up to the per-node timeout with a node hung.
+// is not renewed, the quorum-th longest of the remaining leases read. Once
+// a majority said it holds the lock, the other nodes are waited for up to
+// ttlStragglerWait more: their leases may lengthen the answer (the nodes an
+// Extend reached first, say, may answer last), but a hung node is not
+// waited out while the leases read age.
 func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backend.Outcome, error) {
 	d := data(l)
 	timeout := d.opTimeout(b)
 	held := func(v int64) bool { return v != -3 }
 	tally := func(rs []reply[int64]) votes { return countVotes(rs, held) }
-	rs := fanout(b, ctx, b.all(), timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var straggle *time.Timer
+	defer func() {
+		if straggle != nil {
+			straggle.Stop()
+		}
+	}()
+	rs := fanout(b, wctx, b.all(), timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		v, err := ttlScript.Run(ctx, rdb, []string{d.keys.lock}, l.Token).Int64()
 		if backend.WrongType(err) {
 			return -3, nil // another kind of value: not held there, as for a renewal
 		}
 		return v, err
 	}, func(rs []reply[int64]) bool {
-		return b.outcome(tally(rs)) != backend.Unknown
+		v := tally(rs)
+		switch b.outcome(v) {
+		case backend.NotHeld:
+			return true
+		case backend.Held:
+			if straggle == nil {
+				straggle = time.AfterFunc(ttlStragglerWait, stop)
+			}
+		}
+		return v.unknown == 0
 	})
 	switch b.outcome(tally(rs)) {
 	case backend.NotHeld:
@@ -225,7 +247,9 @@ func (b *redlock) TTL(ctx context.Context, l *backend.Lease) (time.Duration, bac
 			pttls = append(pttls, p)
 		}
 	}
-	return slices.Min(pttls), backend.Held, nil
+	slices.Sort(pttls)
+	slices.Reverse(pttls)
+	return pttls[b.quorum-1], backend.Held, nil
 }
 
 // Release gives back holds down to level-1 on every node; the last hold
