@@ -601,11 +601,13 @@ func TestLockReturnsSoonAfterCtxWhileNodesHang(t *testing.T) {
 	}
 	c.Close()
 	closed := time.Now()
-	if n := cl.rdbs[0].Exists(ctx, lockKey("job")).Val(); n != 0 {
+	// Read through a client of its own: the hooks time the Locker's
+	// requests only, each of which Close waited for, so none ended after it.
+	if n := cl.srvs[0].Client(t).Exists(ctx, lockKey("job")).Val(); n != 0 {
 		t.Error("node 0 still holds the attempt's grant after Close")
 	}
 	for i, h := range hooks {
-		if d := h.lastEnd().Sub(closed); d > 100*time.Millisecond {
+		if d := h.lastEnd().Sub(closed); d > 0 {
 			t.Errorf("node %d: a request was in flight %v after Close returned", i, d.Round(time.Millisecond))
 		}
 	}
