@@ -1019,12 +1019,7 @@ func TestLostComesAfterAcquireEnd(t *testing.T) {
 		got <- l
 	}()
 	<-o.paused // granted, AcquireEnd under way
-	var h *hold
-	c.dog.mu.Lock()
-	for held := range c.dog.holds {
-		h = held
-	}
-	c.dog.mu.Unlock()
+	h := onlyHold(c)
 	<-h.ctx.Done() // the watchdog found the lease over
 	waitUntil(t, 5*time.Second, "the loss to be reported, or held back", func() bool {
 		c.dog.mu.Lock()
@@ -1254,12 +1249,7 @@ func TestObserverPanicAtGrantStillReportsALossMeanwhile(t *testing.T) {
 		_, _ = c.Lock(context.Background(), "k", WithTTL(100*time.Millisecond), WithoutRenewal())
 	}()
 	<-o.paused
-	var h *hold
-	c.dog.mu.Lock()
-	for held := range c.dog.holds {
-		h = held
-	}
-	c.dog.mu.Unlock()
+	h := onlyHold(c)
 	<-h.ctx.Done() // the watchdog found the lease over
 	waitUntil(t, 5*time.Second, "the loss to be held back for AcquireEnd", func() bool {
 		c.dog.mu.Lock()
@@ -1306,4 +1296,14 @@ func TestObserverPanicAtGrantAndReleaseStartReportsTheEnd(t *testing.T) {
 	o.armed.Store(true)
 	mustPanic(t, "AcquireEnd", func() { _, _ = c.Lock(context.Background(), "k") })
 	checkEndedOnce(t, rec, true)
+}
+
+// onlyHold is the one hold c's watchdog keeps.
+func onlyHold(c *Client) *hold {
+	c.dog.mu.Lock()
+	defer c.dog.mu.Unlock()
+	for h := range c.dog.holds {
+		return h
+	}
+	return nil
 }
