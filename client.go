@@ -132,12 +132,15 @@ func (c *Client) Close() error {
 		backend.WaitBy(&c.ops, deadline)
 	})
 	// Once Close is done: the Observer's Lost may call Close itself. Each
-	// loss is reported even if Lost panics for another, whose panic then
-	// goes on to the caller.
+	// loss is reported even if Lost panics for another: the first panic
+	// goes on to the caller, the others to the log.
 	var first *backend.Panic
 	for h, cause := range lost {
-		if p := backend.Run(func() { c.observeLost(h, cause) }); first == nil {
+		switch p := backend.Run(func() { c.observeLost(h, cause) }); {
+		case first == nil:
 			first = p
+		case p != nil:
+			p.Log(c.log, "dlock: panic in the Observer")
 		}
 	}
 	first.Raise()

@@ -1180,12 +1180,23 @@ func TestReleaseEndedOncePerHold(t *testing.T) {
 // would count them held for good.
 func TestObserversPanicInLostAtCloseStillTellsEachLoss(t *testing.T) {
 	rec := &recorder{}
-	c, _, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)))
+	var buf syncBuffer
+	c, _, _ := newTestClient(t, WithObserver(Observers(panicOnEvents{}, rec)), WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
 	mustLock(t, c, "a")
 	mustLock(t, c, "b")
 	mustPanic(t, "Lost", func() { _ = c.Close() })
 	if n := rec.count(func(r *recorder) int { return len(r.losts) }); n != 2 {
 		t.Errorf("the last observer heard %d losses, want 2: Close ended both locks", n)
+	}
+	// The caller gets the first panic; the second is not dropped unseen.
+	var logged int
+	for _, r := range logRecords(t, &buf) {
+		if r.Msg == "dlock: panic in the Observer" {
+			logged++
+		}
+	}
+	if logged != 1 {
+		t.Errorf("%d panics of Lost logged, want 1 (the one Close did not raise)\n%s", logged, buf.String())
 	}
 }
 
