@@ -1082,16 +1082,22 @@ func TestRenewalAfterShorterExtendOfUnknownOutcomeLeavesHalfTheLease(t *testing.
 	l := mustLock(t, c, "shortened", WithTTL(time.Minute))
 	defer l.Unlock(ctx)
 	arm()
+	extended := time.Now()
 	if err := l.Extend(ctx, short); err == nil {
 		t.Fatal("Extend with its reply lost succeeded")
 	}
-	// A lock renewed every 20 ms: its first renewal takes along the
-	// renewals due within their slack.
-	other := mustLock(t, c, "other", WithTTL(60*time.Millisecond))
+	// A lock renewed every 100 ms: its renewals take along the renewals
+	// due within their slack. (A shorter lease could be lost on a loaded
+	// machine, and the shortened lock's renewals would then not go early
+	// at all, which proves nothing.)
+	other := mustLock(t, c, "other", WithTTL(300*time.Millisecond))
 	waitUntil(t, 5*time.Second, "a renewal of the shortened lock", func() bool { return len(renewals("shortened")) > 0 })
 	_ = other.Unlock(ctx)
 	waitUntil(t, 5*time.Second, "two renewals of the shortened lock", func() bool { return len(renewals("shortened")) > 1 })
 	at := renewals("shortened")
+	if early := at[0].Sub(extended); early >= short/3-50*time.Millisecond {
+		t.Fatalf("the shortened lock's first renewal went %v after the Extend, not early (due at %v): the other lock's renewals did not take it along", early.Round(time.Millisecond), short/3)
+	}
 	if gap := at[1].Sub(at[0]); gap > short/2+100*time.Millisecond {
 		t.Errorf("renewals of a %v lease %v apart: %v of it left when the second was sent, want at least half",
 			short, gap.Round(time.Millisecond), (short - gap).Round(time.Millisecond))
