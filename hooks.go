@@ -195,7 +195,7 @@ func (c *Client) reentered(ctx context.Context, h *hold, l *Lock, err error) {
 		c.ext.obs.Reenter(ctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", slog.String("key", e.Key), slog.String("kind", h.kind), slog.Int("hold_level", e.Level), slog.Any("error", err))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: re-entered", withError([]slog.Attr{slog.String("key", e.Key), slog.String("kind", h.kind), slog.Int("hold_level", e.Level)}, err)...)
 	}
 }
 
@@ -270,8 +270,8 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 		c.ext.obs.ReleaseEnd(rctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("hold_level", level),
-			slog.Duration("held", held), slog.String("outcome", e.Outcome.String()), slog.Any("error", err))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", withError([]slog.Attr{slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("hold_level", level),
+			slog.Duration("held", held), slog.String("outcome", e.Outcome.String())}, err)...)
 	}
 }
 
@@ -315,4 +315,13 @@ func (c *Client) observeLost(h *hold, cause error) {
 		e.Reason = LostExpired
 	}
 	c.ext.obs.Lost(e)
+}
+
+// withError adds err to a record's attrs as "error", if there is one: the
+// record of a success carries no error, rather than "error": null.
+func withError(attrs []slog.Attr, err error) []slog.Attr {
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	return attrs
 }

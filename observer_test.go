@@ -461,6 +461,10 @@ func TestLogRecordsKeepHandlerKeys(t *testing.T) {
 			if err := dec.Decode(&v); err != nil {
 				t.Fatalf("log record %q: %v", line, err)
 			}
+			// A success's record has no error, not "error":null.
+			if string(v) == "null" {
+				t.Errorf("log record has %q null: %s", k, line)
+			}
 		}
 	}
 }
