@@ -671,10 +671,7 @@ func TestShorteningExtendDuringHungUnlockAfterClose(t *testing.T) {
 	other := newClientOn(t, srv.Client(t))
 	ctx := context.Background()
 	l := mustLock(t, c, "k", WithTTL(10*time.Second))
-	held.arm()
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- l.Unlock(ctx) }()
-	<-held.reached
+	unlocked := unlockHeldBack(l, held)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

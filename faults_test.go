@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -845,9 +846,7 @@ func TestCheckFailingAsCtxEndsSaysCtxEnded(t *testing.T) {
 // it before the caller closes its go-redis client.
 func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := startProxy(t, srv.Addr())
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { cut.Close() }) // after the Client's Close
+	proxy, cut := cutClient(t, srv.Addr())
 	// The entry lives 30 s, refreshed every 10 s: it goes only if the
 	// waiter's release removes it, and no check is on its way at the end.
 	c := newClientOn(t, cut, WithQueueTTL(30*time.Second))
@@ -914,9 +913,7 @@ func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			proxy := startProxy(t, srv.Addr())
-			cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { cut.Close() }) // after the Client's Close
+			proxy, cut := cutClient(t, srv.Addr())
 			c := newClientOn(t, cut, WithQueueTTL(30*time.Second))
 			rdb := srv.Client(t)
 			holder := newClientOn(t, rdb)
@@ -1055,9 +1052,7 @@ func (o *frozenAtGrant) AcquireEnd(_ context.Context, e AcquireEndEvent) {
 func TestObserverPanicAtGrantReturnsSoonWhileRedisHangs(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	proxy := startProxy(t, srv.Addr())
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { cut.Close() }) // after the Client's Close
+	proxy, cut := cutClient(t, srv.Addr())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := &frozenAtGrant{cancel: cancel, proxy: proxy}
@@ -1072,4 +1067,15 @@ func TestObserverPanicAtGrantReturnsSoonWhileRedisHangs(t *testing.T) {
 	if n, _ := rdb.Exists(context.Background(), c.keys("k").lock).Result(); n != 0 {
 		t.Error("the lock of a Lock whose Observer panicked is still held once Close returned")
 	}
+}
+
+// cutClient returns a go-redis client that reaches addr through a proxy
+// the test can freeze, honouring ctx's deadlines and never retrying. It is
+// closed after the Client made on it (cleanups run last first).
+func cutClient(t *testing.T, addr string) (*tcpproxy.Proxy, *redis.Client) {
+	t.Helper()
+	proxy := startProxy(t, addr)
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cut.Close() })
+	return proxy, cut
 }

@@ -256,6 +256,16 @@ func (c *heldCall) run() error {
 func (c *heldCall) arm()     { c.armed.Store(true) }
 func (c *heldCall) release() { close(c.released) }
 
+// unlockHeldBack starts l's Unlock, whose release held holds back, and
+// returns once the release is held; Unlock's error comes on the channel.
+func unlockHeldBack(l *Lock, held *heldCall) <-chan error {
+	held.arm()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(context.Background()) }()
+	<-held.reached
+	return unlocked
+}
+
 // run calls fns' function for cmd's script, if any, and sets its error.
 func (h scriptHook) run(fns map[string]func() error, cmd redis.Cmder) error {
 	a := cmd.Args()

@@ -647,10 +647,7 @@ func TestTxnAfterCloseDuringUnlockDoesNotWaitForARenewal(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	l := mustLock(t, c, "k", WithTTL(ttl))
-	held.arm()
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- l.Unlock(ctx) }()
-	<-held.reached
+	unlocked := unlockHeldBack(l, held)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -710,10 +707,7 @@ func TestTxnWaitingForARenewalAtCloseDuringUnlock(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	l := mustLock(t, c, "k", WithTTL(ttl))
-	held.arm()
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- l.Unlock(ctx) }()
-	<-held.reached
+	unlocked := unlockHeldBack(l, held)
 	// The loop, reporting this lock's loss, sends no renewal meanwhile.
 	mustLock(t, c, "stall", WithTTL(MinTTL), WithoutRenewal())
 	testutil.Receive(t, o.reached, 5*time.Second, "the loss that stalls the loop")
