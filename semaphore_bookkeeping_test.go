@@ -374,3 +374,43 @@ func TestSemaphoreCapacityMismatchLeavesNoBookkeepingBehind(t *testing.T) {
 		t.Fatalf("holders key after every holder left: %v", all)
 	}
 }
+
+// The README's figure: a read lock taken and given back costs Redis as
+// many commands among 1000 other readers as among one other (and one
+// fewer alone, whose release deletes the count instead of rewriting it).
+func TestReadLockCostsTheSameAmongManyReaders(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	m := c.RWMutex("catalog")
+	pair := func() int64 {
+		t.Helper()
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, all := commandCalls(t, rdb)
+		return all
+	}
+	pair() // the scripts loaded
+	alone := pair()
+	others := 0
+	cost := map[int]int64{}
+	for _, n := range []int{1, 1000} {
+		for ; others < n; others++ {
+			if _, err := m.RLock(ctx, WithTTL(time.Hour), WithoutRenewal()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cost[n] = pair()
+	}
+	if cost[1000] != cost[1] || cost[1] != alone+1 {
+		t.Fatalf("commands per read lock: %d alone, %d among 1 other reader, %d among 1000; want the same among 1 and 1000, one more than alone", alone, cost[1], cost[1000])
+	}
+	t.Logf("commands per read lock: %d alone, %d among other readers", alone, cost[1])
+}
