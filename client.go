@@ -124,7 +124,10 @@ func (c *Client) Close() error {
 		// The locks left held end first: the backend may wait for its
 		// pub/sub connections, or (Redlock) for requests to a hung node.
 		lost = c.dog.close()
-		_ = c.be.Close()
+		// Bounded too: Redlock's waits for its requests in flight, which
+		// a node client without ContextTimeoutEnabled may never end. Past
+		// the deadline it goes on in the background.
+		backend.Detach(nil, time.Until(deadline), func() { _ = c.be.Close() }, c.log, "dlock: panic while closing the backend")
 		c.dog.wait(deadline)
 		// The calls under way give up now; wait for them to leave the
 		// queue or release what they got, while the caller's Redis

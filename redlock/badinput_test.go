@@ -113,6 +113,8 @@ func TestBadInputCalls(t *testing.T) {
 		{"Semaphore", func() error { _, err := c.Semaphore("s", 2).Acquire(ctx, 1); return err }, dlock.ErrInvalidOption},
 		{"Semaphore zero capacity", func() error { _, err := c.Semaphore("s", 0).Acquire(ctx, 1); return err }, dlock.ErrInvalidOption},
 		{"Inspect", func() error { _, err := c.Inspect(ctx, "k"); return err }, errors.ErrUnsupported},
+		{"List", func() error { _, err := c.List(ctx, "*"); return err }, errors.ErrUnsupported},
+		{"ForceRelease", func() error { return c.ForceRelease(ctx, "held") }, errors.ErrUnsupported},
 		{"Txn", func() error { return held.Txn(ctx, func(redis.Pipeliner) error { return nil }) }, errors.ErrUnsupported},
 		{"Txn nil fn", func() error { return held.Txn(ctx, nil) }, dlock.ErrInvalidOption},
 		{"Extend huge", func() error { return held.Extend(ctx, math.MaxInt64) }, dlock.ErrInvalidTTL},

@@ -1160,3 +1160,40 @@ func TestCloseEndsLocksBeforeWaitingForAHungNode(t *testing.T) {
 	}
 	<-closed
 }
+
+// dlock.Client.Close waits 5 s at most in all if Redis does not answer,
+// the backend's own shutdown included. A node client without
+// ContextTimeoutEnabled and with no ReadTimeout never gives up on a request
+// to a hung node: Redlock's Close waited for it for good.
+func TestCloseBoundedWhenNodeRequestsNeverEnd(t *testing.T) {
+	cl := startCluster(t, 3)
+	var nodes []redis.UniversalClient
+	for _, srv := range cl.srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	c, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, c, "warm").Unlock(context.Background()) // connected to every node
+	cl.srvs[2].Pause(t)
+	// Granted by nodes 0 and 1; its request to node 2 never returns.
+	mustLock(t, c, "job")
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(8 * time.Second):
+		// Cleanup kills node 2, which ends the request and Close.
+		t.Fatalf("Close still waiting after %v, want 5 s at most", time.Since(start).Round(time.Millisecond))
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Errorf("Close took %v, want 5 s at most", d.Round(time.Millisecond))
+	}
+}

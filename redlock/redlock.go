@@ -60,7 +60,10 @@
 // its node's acquire to time out first), and for the waiters' pub/sub
 // connections a second at most: Close ends their dials, and leaves the
 // handshake of one with a hung node, which only the node client's
-// ReadTimeout ends, to end on its own.
+// ReadTimeout ends, to end on its own. It returns within 5 s in all, as
+// dlock.Client.Close says: a request still in flight then (a client
+// without ContextTimeoutEnabled, whose ReadTimeout is longer) ends on its
+// own.
 //
 // Keys: for a lock K and the default prefix, each node has the hash
 // dlock:{K} (owner token -> hold count, plus fence, metadata, grant time
@@ -114,7 +117,7 @@ type Config struct {
 	// Configure them with ContextTimeoutEnabled: a request to a node that
 	// hangs is not waited for after the per-node timeout, but go-redis only
 	// abandons it at the context's deadline with ContextTimeoutEnabled,
-	// else at its ReadTimeout, and Close waits for it. And with MaxRetries -1 and
+	// else at its ReadTimeout, and Close waits for it (5 s at most). And with MaxRetries -1 and
 	// DialerRetries 1: Redlock retries whole attempts, and go-redis's own
 	// retries make a dead node cost the whole per-node timeout.
 	Nodes []redis.UniversalClient
