@@ -41,7 +41,7 @@ func (nodeTimeout) Temporary() bool { return true }
 // split the vote, ErrNoQuorum when a majority did not answer) and the
 // nodes' errors; errors.As finds it.
 type Error struct {
-	Op  string // "lock", "unlock", "extend", "ttl", "re-enter"
+	Op  string // "lock", "unlock", "extend", "renew" (the watchdog), "ttl", "re-enter"
 	Key string // the lock's name
 
 	// The votes. Granted: nodes where the caller's token holds the lock
