@@ -499,6 +499,23 @@ func TestSentinel(t *testing.T) {
 			}
 		}
 		takeFence()
+		// Permits too: all of a semaphore's, acknowledged, and fences of
+		// another semaphore.
+		semSurvivor := takeAcked(t, "Acquire", func() (*Lock, error) {
+			return acked.Semaphore("sem-survivor", 2).Acquire(ctx, 2, WithTTL(lease))
+		})
+		var maxSemBefore uint64
+		takeSemFence := func() {
+			l, err := plain.Semaphore("sem-fenced", 1).Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maxSemBefore = max(maxSemBefore, l.Fence())
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		takeSemFence()
 
 		// Cut the replica off (paused, its link dropped by the master):
 		// what follows reaches the master alone. A lock, and fences.
@@ -513,6 +530,14 @@ func TestSentinel(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			takeFence()
 		}
+		semUnreplicated, err := plain.Semaphore("sem-unreplicated", 1).Acquire(ctx, 1, WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			takeSemFence()
+		}
+		survivorExpiry := entryExpiry(t, om, acked.Semaphore("sem-survivor", 2), semSurvivor.Token())
 
 		// The master crashes; Sentinel promotes the replica, which never
 		// got those writes.
@@ -526,6 +551,12 @@ func TestSentinel(t *testing.T) {
 		if nm.Exists(ctx, plain.keys("unreplicated").lock).Val() != 0 {
 			t.Fatal("the promoted replica has the unreplicated lock")
 		}
+		if n, _ := nm.Get(ctx, semKeys(plain.Semaphore("sem-fenced", 1)).fence).Uint64(); n >= maxSemBefore {
+			t.Fatalf("the promoted replica has semaphore fence counter %d >= %d: no write was lost", n, maxSemBefore)
+		}
+		if entryExpiry(t, nm, plain.Semaphore("sem-unreplicated", 1), semUnreplicated.Token()) != 0 {
+			t.Fatal("the promoted replica has the unreplicated permits")
+		}
 
 		// (a) The acknowledged lock survived: the promoted replica has it,
 		// and its holder keeps renewing it there through the failover
@@ -537,14 +568,28 @@ func TestSentinel(t *testing.T) {
 		if _, err := other.TryLock(ctx, "survivor"); !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("TryLock of the surviving lock = %v, want ErrNotObtained", err)
 		}
-		// The lock the replica never had is gone, and its holder is told.
-		select {
-		case <-unreplicated.Done():
-			if cause := context.Cause(unreplicated.Context()); !errors.Is(cause, ErrLockLost) {
-				t.Fatalf("cause = %v, want ErrLockLost", cause)
+		// So did the acknowledged permits: renewed on the promoted
+		// replica, and no more of them granted than the capacity.
+		waitUntil(t, 5*time.Second, "a renewal of the permits on the promoted replica", func() bool {
+			return entryExpiry(t, nm, acked.Semaphore("sem-survivor", 2), semSurvivor.Token()) > survivorExpiry
+		})
+		if semSurvivor.Context().Err() != nil {
+			t.Fatalf("acknowledged permits lost: %v", context.Cause(semSurvivor.Context()))
+		}
+		if _, err := other.Semaphore("sem-survivor", 2).TryAcquire(ctx, 1); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryAcquire of the surviving permits = %v, want ErrNotObtained", err)
+		}
+		// The lock and permits the replica never had are gone, and their
+		// holders are told.
+		for _, l := range []*Lock{unreplicated, semUnreplicated} {
+			select {
+			case <-l.Done():
+				if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+					t.Fatalf("%s: cause = %v, want ErrLockLost", l.Key(), cause)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the holder of the lost %s was not told", l.Key())
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the holder of the lost lock was not told")
 		}
 
 		// (b) Fences issued after the failover exceed every fence issued
@@ -557,7 +602,21 @@ func TestSentinel(t *testing.T) {
 		if again.Fence() <= unreplicated.Fence() {
 			t.Errorf("fence of the re-granted lock %d <= %d of the lost one", again.Fence(), unreplicated.Fence())
 		}
-		for _, l := range []*Lock{after, again} {
+		semAfter, err := other.Semaphore("sem-fenced", 1).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if semAfter.Fence() <= maxSemBefore {
+			t.Errorf("semaphore fence after the failover %d <= %d before it", semAfter.Fence(), maxSemBefore)
+		}
+		semAgain, err := other.Semaphore("sem-unreplicated", 1).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if semAgain.Fence() <= semUnreplicated.Fence() {
+			t.Errorf("fence of the re-granted permits %d <= %d of the lost ones", semAgain.Fence(), semUnreplicated.Fence())
+		}
+		for _, l := range []*Lock{after, again, semAfter, semAgain} {
 			if err := l.Unlock(ctx); err != nil {
 				t.Error(err)
 			}
@@ -1168,4 +1227,89 @@ func wantHanded(t *testing.T, got <-chan lockResult, handed uint64) *Lock {
 		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", r.l.Fence(), handed)
 	}
 	return r.l
+}
+
+// An Extend or Unlock sent to a master that a failover demoted (a client
+// still connected to it) is refused with READONLY and did not run. Extend
+// returns that error and trusts no more than the lease it had: the lock is
+// lost when that one runs out. Unlock returns it and gives the lock up: it
+// stays on the promoted master until its lease runs out. With
+// WithReplicaAck as without: the WAIT the replica refuses too does not hide
+// the READONLY.
+func TestExtendAndUnlockOnADemotedMasterSayReadOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"NoAck", nil},
+		{"ReplicaAck", []Option{WithReplicaAck(1, 100*time.Millisecond, FailClosed)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			master, replica := redistest.StartReplicated(t)
+			c := newClientOn(t, failFastClient(t, master), tc.opts...)
+			const lease = 2 * time.Second
+			granted := time.Now()
+			extended := lockAcked(t, c, "extended", WithTTL(lease))
+			released := lockAcked(t, c, "released", WithTTL(lease))
+			redistest.WaitReplicaAcks(t, master.Client(t))
+			redistest.Switchover(t, master, replica)
+			promoted := replica.Client(t)
+
+			if err := extended.Extend(ctx, time.Minute); !redis.IsReadOnlyError(err) {
+				t.Fatalf("Extend on a demoted master = %v, want its READONLY", err)
+			}
+			if extended.Context().Err() != nil {
+				t.Fatalf("lost by a refused Extend: %v", context.Cause(extended.Context()))
+			}
+			if d := promoted.PTTL(ctx, c.keys("extended").lock).Val(); d > lease {
+				t.Fatalf("the promoted master's lease %v: the refused Extend ran", d)
+			}
+
+			if err := released.Unlock(ctx); !redis.IsReadOnlyError(err) {
+				t.Fatalf("Unlock on a demoted master = %v, want its READONLY", err)
+			}
+			if cause := context.Cause(released.Context()); !errors.Is(cause, ErrLockLost) || !redis.IsReadOnlyError(cause) {
+				t.Errorf("cause after a refused Unlock = %v, want ErrLockLost with the READONLY", cause)
+			}
+			if promoted.Exists(ctx, c.keys("released").lock).Val() != 1 {
+				t.Error("the refused release ran: the promoted master has no lock")
+			}
+
+			testutil.Receive(t, extended.Done(), lease+time.Second, "the end of the lease trusted before the refused Extend")
+			// The Extend asked for a minute; the slack is for a loaded
+			// machine's late watchdog.
+			if lost := time.Since(granted); lost > lease+500*time.Millisecond {
+				t.Errorf("lost %v after the grant, past its %v lease: the refused Extend was trusted", lost, lease)
+			}
+			if cause := context.Cause(extended.Context()); !errors.Is(cause, ErrLockLost) || !redis.IsReadOnlyError(cause) {
+				t.Errorf("cause = %v, want ErrLockLost with the renewals' READONLY", cause)
+			}
+		})
+	}
+}
+
+// go-redis asks a Sentinel for the master's address whenever it opens a
+// connection. While no Sentinel answers, a renewal that needs a new
+// connection (here the first: go-redis keeps pipelines' connections apart)
+// waits for go-redis's dial retries and does not reach the master; the
+// holder is told when the lease it trusts runs out, as with the master
+// down, not when the renewal gives up (docs/safety.md).
+func TestSentinelDownLockLostAtLeaseEnd(t *testing.T) {
+	g := redistest.StartSentinelGroup(t, 0, 1)
+	c := newClientOn(t, g.FailoverClient(t))
+	const lease = 600 * time.Millisecond
+	granted := time.Now()
+	l := mustLock(t, c, "held", WithTTL(lease))
+	for _, s := range g.Sentinels {
+		s.Stop(t)
+	}
+	testutil.Receive(t, l.Done(), 2*lease, "the end of the lease trusted")
+	// The slack is for a loaded machine's late watchdog.
+	if d := time.Since(granted); d > lease+200*time.Millisecond {
+		t.Errorf("lost %v after the grant, past its %v lease", d, lease)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
 }
