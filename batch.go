@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -145,6 +146,49 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	b.mu.Unlock()
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: c.done})
+	return cmd
+}
+
+// runWaiting is run for a check a waiter makes again while it waits. It
+// is made from a goroutine of its own, with ctx's values and deadline but
+// not its cancellation, which go-redis does not notice on a request under
+// way until its ReadTimeout cuts a read from a Redis that hangs: the
+// caller stops waiting for it at ctx's end, and the call fails with an
+// inFlightError, as a queued call does once sent. The first check, which
+// most acquisitions end with, goes by run: no goroutine of its own.
+func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args ...any) *redis.Cmd {
+	if ctx.Err() != nil || ctx.Done() == nil {
+		return b.run(ctx, s, keys, args...)
+	}
+	sctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		sctx, cancel = context.WithDeadline(sctx, d)
+	}
+	var cmd *redis.Cmd
+	var p *backend.Panic
+	// Whoever claims first: the call once it has ended (the caller then
+	// gets its reply, or its panic), or the caller once it stops waiting.
+	var claimed atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		p = backend.Run(func() { cmd = b.run(sctx, s, keys, args...) })
+		if !claimed.CompareAndSwap(false, true) && p != nil {
+			p.Log(b.log, "dlock: panic in a check whose caller had stopped waiting")
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if claimed.CompareAndSwap(false, true) {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: done})
+			return cmd
+		}
+		<-done // ended just now
+	}
+	p.Raise()
 	return cmd
 }
 

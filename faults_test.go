@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -962,6 +963,90 @@ func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 				t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
 			}
 		})
+	}
+}
+
+// A waiter cancelled (no deadline, which go-redis would honour) while a
+// request of its waiting is on its way to a Redis that hangs returns about
+// as soon as one cancelled between checks does, not once go-redis's
+// ReadTimeout (10 s here) has cut the read: a check made again (the queue
+// entry's refresh), or the first wait's question of which pub/sub the
+// hand-overs come by. Close waits for the leaving, which goes after the
+// check.
+func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
+	type take func(ctx context.Context, opts ...LockOption) (*Lock, error)
+	lock := func(c *Client, name string) take {
+		return func(ctx context.Context, opts ...LockOption) (*Lock, error) { return c.Lock(ctx, name, opts...) }
+	}
+	permits := func(n int64) func(*Client, string) take {
+		return func(c *Client, name string) take {
+			return func(ctx context.Context, opts ...LockOption) (*Lock, error) {
+				return c.Semaphore(name, 2).Acquire(ctx, n, opts...)
+			}
+		}
+	}
+	read := func(c *Client, name string) take { return c.RWMutex(name).RLock }
+	write := func(c *Client, name string) take { return c.RWMutex(name).Lock }
+	for _, tc := range []struct {
+		name       string
+		hold, wait func(c *Client, name string) take
+		script     *evalCall
+		queue      func(c *Client) *lockKeys
+	}{
+		{"Lock", lock, lock, acquireEval, func(c *Client) *lockKeys { return c.keys("hung") }},
+		{"SemaphoreAcquire", permits(2), permits(1), permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.Semaphore("hung", 2)) }},
+		{"RWMutexRLock", write, read, permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+		{"RWMutexLock", read, write, permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+	} {
+		for _, at := range []string{"check", "subscription"} {
+			t.Run(tc.name+"/"+at, func(t *testing.T) {
+				srv := redistest.Start(t)
+				rdb := srv.Client(t)
+				proxy := startProxy(t, srv.Addr())
+				cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
+				t.Cleanup(func() { cut.Close() })
+				// Checks again every 100 ms.
+				c := newClientOn(t, cut, WithQueueTTL(300*time.Millisecond))
+				ctx := context.Background()
+				h, err := tc.hold(newClientOn(t, rdb), "hung")(ctx, WithTTL(30*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer h.Unlock(ctx)
+				k := tc.queue(c)
+				var frozen <-chan struct{}
+				if at == "subscription" {
+					frozen = proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(bytes.ToLower(b), []byte("spublish")) })
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				got := inBackground(func() (*Lock, error) { return tc.wait(c, "hung")(wctx) })
+				if at == "check" {
+					ch := k.channel + ":" + c.be.(*node).id
+					waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+						shard, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
+						return rdb.ZCard(ctx, k.queue).Val() == 1 && shard[ch] == 1
+					})
+					frozen = proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(tc.script.sha)) })
+				}
+				testutil.Receive(t, frozen, 5*time.Second, "the request to reach the frozen proxy")
+				defer proxy.Thaw()
+				cancel()
+				cancelled := time.Now()
+				r := testutil.Receive(t, got, 15*time.Second, "the cancelled waiter to return")
+				if took := time.Since(cancelled); took > endedUnlockWait+time.Second {
+					t.Errorf("the waiter returned %v after its ctx was cancelled, with Redis not answering", took.Round(time.Millisecond))
+				}
+				if !errors.Is(r.err, context.Canceled) {
+					t.Fatalf("waiter cancelled while Redis hung = %v, %v, want Canceled", r.l, r.err)
+				}
+				proxy.Thaw()
+				c.Close()
+				if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
+					t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
+				}
+			})
+		}
 	}
 }
 

@@ -599,10 +599,17 @@ func leaseWritten(op string, l *backend.Lease) ReplicaReport {
 
 // tryAcquire runs the acquire script once, followed by WAIT if the Client
 // asks for replica acknowledgement (the WAIT then covers a grant made by
-// this call).
-func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any) ([]int64, ack, error) {
+// this call). waiting says it is a check made again while the caller
+// waits (batcher.runWaiting).
+func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any, waiting bool) ([]int64, ack, error) {
 	if n.ack == nil {
-		res, err := n.batch.run(ctx, k.scripts().acquire, k.args[:], args...).Int64Slice()
+		var cmd *redis.Cmd
+		if waiting {
+			cmd = n.batch.runWaiting(ctx, k.scripts().acquire, k.args[:], args...)
+		} else {
+			cmd = n.batch.run(ctx, k.scripts().acquire, k.args[:], args...)
+		}
+		res, err := cmd.Int64Slice()
 		return res, ack{ok: true}, err
 	}
 	c := &call{s: k.scripts().acquire.script, keys: k.all(), args: args}

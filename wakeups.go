@@ -119,10 +119,6 @@ func newWakeups(rdb redis.UniversalClient) *wakeups {
 // once if messages may have been missed already, else when the
 // subscription takes effect.
 func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked time.Time) (*waiter, error) {
-	sharded, err := w.hasSharded(ctx, channel)
-	if err != nil {
-		return nil, err
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var cs, mine *channelSubs
@@ -155,11 +151,14 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 			// lock, and a write past it fails, which go-redis takes for a
 			// broken connection: it would close every other channel's
 			// subscriptions. Ending ctx, or the shard, still ends a dial.
+			// The first subscription of the Client asks first whether
+			// hand-overs come by sharded pub/sub (hasSharded): a request
+			// that go-redis does not cut short at ctx's cancellation.
 			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			stop := context.AfterFunc(ctx, cancel)
 			stopShard := context.AfterFunc(sh.ctx, cancel)
 			go func() {
-				w.subscribeConn(sctx, channel, cs, sh.ps, sharded)
+				w.subscribeConn(sctx, channel, cs, sh.ps)
 				stop()
 				stopShard()
 				cancel()
@@ -204,9 +203,15 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 // subscribeConn sends the first subscription of channel, new in w.channels
 // with cs.pending open, on ps, its shard's connection, and settles its
 // outcome. Called without mu held.
-func (w *wakeups) subscribeConn(ctx context.Context, channel string, cs *channelSubs, ps *redis.PubSub, sharded bool) {
+func (w *wakeups) subscribeConn(ctx context.Context, channel string, cs *channelSubs, ps *redis.PubSub) {
 	var err error
-	p := backend.Run(func() { err = subscribeOn(ctx, ps, channel, sharded) })
+	var sharded, sent bool
+	p := backend.Run(func() {
+		if sharded, err = w.hasSharded(ctx, channel); err == nil {
+			sent = true
+			err = subscribeOn(ctx, ps, channel, sharded)
+		}
+	})
 	if p != nil {
 		// Here it would end the process: settled as a failure instead.
 		err = fmt.Errorf("dlock: subscribing panicked: %v", p.Value)
@@ -222,7 +227,7 @@ func (w *wakeups) subscribeConn(ctx context.Context, channel string, cs *channel
 	sh := cs.shard
 	if err != nil {
 		sh.count--
-		if w.shards[sh.name] == sh && sh.count > 0 {
+		if sent && w.shards[sh.name] == sh && sh.count > 0 {
 			// go-redis keeps a channel whose subscription failed in the
 			// PubSub's set, and subscribes it again on the next
 			// reconnection: take it out, or it stays subscribed with no
