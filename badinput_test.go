@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -59,6 +60,52 @@ func TestBadInputTable(t *testing.T) {
 		{"Lock long key", func() error { _, err := c.Lock(ctx, strings.Repeat("k", MaxKeyLen+1)); return err }, ErrInvalidKey},
 		{"Lock negative TTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(-time.Second)); return err }, ErrInvalidTTL},
 		{"Lock huge TTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(1<<62)); return err }, ErrInvalidTTL},
+		{"Lock TTL 1ns", func() error { _, err := c.Lock(ctx, "k", WithTTL(1)); return err }, ErrInvalidTTL},
+		{"Lock TTL below MinTTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(MinTTL-time.Microsecond)); return err }, ErrInvalidTTL},
+		{"Lock zero TTL", func() error { _, err := c.Lock(ctx, "k", WithTTL(0)); return err }, ErrInvalidTTL},
+		{"Lock MaxInt64 TTL", func() error { _, err := c.TryLock(ctx, "k", WithTTL(math.MaxInt64)); return err }, ErrInvalidTTL},
+		{"Lock adaptive max below MinTTL", func() error {
+			_, err := c.Lock(ctx, "k", WithoutRenewal(), WithAdaptiveTTL(2, time.Millisecond))
+			return err
+		}, ErrInvalidTTL},
+		{"Lock adaptive infinite margin", func() error {
+			_, err := c.Lock(ctx, "k", WithoutRenewal(), WithAdaptiveTTL(math.Inf(1), 0))
+			return err
+		}, ErrInvalidOption},
+		{"Lock adaptive with renewal", func() error { _, err := c.Lock(ctx, "k", WithAdaptiveTTL(2, 0)); return err }, ErrInvalidOption},
+		{"Lock max hold without renewal", func() error {
+			_, err := c.Lock(ctx, "k", WithoutRenewal(), WithMaxHold(time.Second))
+			return err
+		}, ErrInvalidOption},
+		{"Lock long metadata", func() error {
+			_, err := c.Lock(ctx, "k", WithMetadata(strings.Repeat("m", MaxKeyLen+1)))
+			return err
+		}, ErrInvalidOption},
+		{"TryLock empty key", func() error { _, err := c.TryLock(ctx, ""); return err }, ErrInvalidKey},
+		{"Do long key", func() error {
+			return c.Do(ctx, strings.Repeat("k", MaxKeyLen+1), func(context.Context) error { return nil })
+		}, ErrInvalidKey},
+		{"Inspect empty key", func() error { _, err := c.Inspect(ctx, ""); return err }, ErrInvalidKey},
+		{"ForceRelease empty key", func() error { return c.ForceRelease(ctx, "") }, ErrInvalidKey},
+		{"ForceRelease empty owner", func() error { return c.ForceRelease(ctx, "k", WithExpectedOwner("")) }, ErrInvalidOption},
+		{"Semaphore long name", func() error {
+			_, err := c.Semaphore(strings.Repeat("s", MaxKeyLen+1), 2).TryAcquire(ctx, 1)
+			return err
+		}, ErrInvalidKey},
+		{"Semaphore Inspect empty name", func() error { _, err := c.Semaphore("", 2).Inspect(ctx); return err }, ErrInvalidKey},
+		{"Semaphore MaxInt64 capacity", func() error { _, err := c.Semaphore("s", math.MaxInt64).Acquire(ctx, 1); return err }, ErrInvalidOption},
+		{"Semaphore MinInt64 permits", func() error { _, err := c.Semaphore("s", 2).TryAcquire(ctx, math.MinInt64); return err }, ErrInvalidOption},
+		{"Semaphore adaptive lease", func() error {
+			_, err := c.Semaphore("s", 2).TryAcquire(ctx, 1, WithoutRenewal(), WithAdaptiveTTL(2, 0))
+			return err
+		}, ErrInvalidOption},
+		{"Semaphore MaxInt64 TTL", func() error { _, err := c.Semaphore("s", 2).TryAcquire(ctx, 1, WithTTL(math.MaxInt64)); return err }, ErrInvalidTTL},
+		{"Semaphore ForceRelease bookkeeping field", func() error { return c.Semaphore("s", 1).ForceRelease(ctx, ":state") }, ErrInvalidOption},
+		{"RWMutex long name", func() error { _, err := c.RWMutex(strings.Repeat("m", MaxKeyLen+1)).TryRLock(ctx); return err }, ErrInvalidKey},
+		{"RWMutex ForceRelease empty name", func() error {
+			return c.RWMutex("").ForceRelease(ctx, "0123456789abcdef0123456789abcdef")
+		}, ErrInvalidKey},
+		{"RWMutex negative TTL", func() error { _, err := c.RWMutex("m").RLock(ctx, WithTTL(-1)); return err }, ErrInvalidTTL},
 		{"Lock negative max hold", func() error { _, err := c.Lock(ctx, "k", WithMaxHold(-1)); return err }, ErrInvalidTTL},
 		{"Lock FixedRetry(0)", func() error { _, err := c.Lock(ctx, "k", WithRetry(FixedRetry(0, 1))); return err }, ErrInvalidOption},
 		{"Lock FixedRetry negative attempts", func() error { _, err := c.Lock(ctx, "k", WithRetry(FixedRetry(time.Millisecond, -1))); return err }, ErrInvalidOption},
@@ -101,6 +148,22 @@ func TestBadInputTable(t *testing.T) {
 		}, context.Canceled},
 		{"Lock on closed Client", func() error { _, err := closed.Lock(ctx, "k"); return err }, ErrClosed},
 		{"Semaphore on closed Client", func() error { _, err := closed.Semaphore("s", 1).Acquire(ctx, 1); return err }, ErrClosed},
+		{"TryLock on closed Client", func() error { _, err := closed.TryLock(ctx, "k"); return err }, ErrClosed},
+		{"Do on closed Client", func() error {
+			return closed.Do(ctx, "k", func(context.Context) error { return nil })
+		}, ErrClosed},
+		{"Inspect on closed Client", func() error { _, err := closed.Inspect(ctx, "k"); return err }, ErrClosed},
+		{"ForceRelease on closed Client", func() error { return closed.ForceRelease(ctx, "k") }, ErrClosed},
+		{"List on closed Client", func() error { _, err := closed.List(ctx, "*"); return err }, ErrClosed},
+		{"Close twice", func() error { return closed.Close() }, nil},
+		{"Semaphore TryAcquire on closed Client", func() error { _, err := closed.Semaphore("s", 1).TryAcquire(ctx, 1); return err }, ErrClosed},
+		{"Semaphore Available on closed Client", func() error { _, err := closed.Semaphore("s", 1).Available(ctx); return err }, ErrClosed},
+		{"Semaphore Inspect on closed Client", func() error { _, err := closed.Semaphore("s", 1).Inspect(ctx); return err }, ErrClosed},
+		{"Semaphore ForceRelease on closed Client", func() error {
+			return closed.Semaphore("s", 1).ForceRelease(ctx, "0123456789abcdef0123456789abcdef")
+		}, ErrClosed},
+		{"RWMutex RLock on closed Client", func() error { _, err := closed.RWMutex("m").RLock(ctx); return err }, ErrClosed},
+		{"RWMutex TryLock on closed Client", func() error { _, err := closed.RWMutex("m").TryLock(ctx); return err }, ErrClosed},
 		{"Semaphore zero capacity", func() error { _, err := c.Semaphore("s", 0).Acquire(ctx, 1); return err }, ErrInvalidOption},
 		{"Semaphore negative capacity", func() error { _, err := c.Semaphore("s", -1).TryAcquire(ctx, 1); return err }, ErrInvalidOption},
 		{"Semaphore huge capacity", func() error { _, err := c.Semaphore("s", MaxPermits+1).Acquire(ctx, 1); return err }, ErrInvalidOption},
@@ -361,5 +424,172 @@ func TestBadInputHeldLock(t *testing.T) {
 		t.Fatal(err)
 	} else if keys, _ := rdb.Keys(ctx, "*{closed}").Result(); len(keys) != 0 {
 		t.Errorf("lock left after Unlock: %v (%d keys)", keys, n)
+	}
+}
+
+// TestBadInputWrongTypeEveryCall puts other data at the name of a lock, a
+// Semaphore and an RWMutex (a value of each other Redis type, a hash of
+// other code's, and the hash of a lock or of permits held under another
+// name): every call that takes, reads or removes it returns an error
+// wrapping ErrWrongType, never panics, leaves the data as it was and
+// leaves nobody queued.
+func TestBadInputWrongTypeEveryCall(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const nobody = "0123456789abcdef0123456789abcdef"
+	type call struct {
+		name string
+		do   func(context.Context, ...LockOption) (*Lock, error)
+	}
+	lockCalls := []call{
+		{"TryLock", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return c.TryLock(ctx, "x") }},
+		{"Lock", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return c.Lock(ctx, "x") }},
+		{"Do", func(ctx context.Context, _ ...LockOption) (*Lock, error) {
+			return nil, c.Do(ctx, "x", func(context.Context) error { return nil })
+		}},
+		{"Inspect", func(ctx context.Context, _ ...LockOption) (*Lock, error) {
+			_, err := c.Inspect(ctx, "x")
+			return nil, err
+		}},
+		{"ForceRelease", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return nil, c.ForceRelease(ctx, "x") }},
+		{"ForceRelease expected owner", func(ctx context.Context, _ ...LockOption) (*Lock, error) {
+			return nil, c.ForceRelease(ctx, "x", WithExpectedOwner(nobody))
+		}},
+	}
+	s, m := c.Semaphore("x", 3), c.RWMutex("x")
+	semCalls := []call{
+		{"TryAcquire", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return s.TryAcquire(ctx, 1) }},
+		{"Acquire", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return s.Acquire(ctx, 3) }},
+		{"Available", func(ctx context.Context, _ ...LockOption) (*Lock, error) { _, err := s.Available(ctx); return nil, err }},
+		{"Inspect", func(ctx context.Context, _ ...LockOption) (*Lock, error) { _, err := s.Inspect(ctx); return nil, err }},
+		{"ForceRelease", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return nil, s.ForceRelease(ctx, nobody) }},
+	}
+	rwCalls := []call{
+		{"TryRLock", m.TryRLock},
+		{"RLock", m.RLock},
+		{"TryLock", m.TryLock},
+		{"Lock", m.Lock},
+		{"Inspect", func(ctx context.Context, _ ...LockOption) (*Lock, error) { _, err := m.Inspect(ctx); return nil, err }},
+		{"ForceRelease", func(ctx context.Context, _ ...LockOption) (*Lock, error) { return nil, m.ForceRelease(ctx, nobody) }},
+	}
+	// copyHeld writes at name the hash of a lock or permits held under
+	// the name "other", without expiry.
+	copyHeld := func(take func() (*Lock, error), from func(*Lock) string) func(string) error {
+		return func(name string) error {
+			l, err := take()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = l.Unlock(ctx) }()
+			if err := rdb.Copy(ctx, from(l), name, 0, false).Err(); err != nil {
+				return err
+			}
+			return rdb.Persist(ctx, name).Err()
+		}
+	}
+	lockData := copyHeld(func() (*Lock, error) { return c.TryLock(ctx, "other") },
+		func(*Lock) string { return c.keys("other").lock })
+	semData := copyHeld(func() (*Lock, error) { return c.Semaphore("other", 3).TryAcquire(ctx, 1) },
+		func(*Lock) string { return semKeys(c.Semaphore("other", 3)).lock })
+	rwData := copyHeld(func() (*Lock, error) { return c.RWMutex("other").RLock(ctx) },
+		func(*Lock) string { return semKeys(&c.RWMutex("other").s).lock })
+	values := map[string]func(string) error{
+		"string": func(k string) error { return rdb.Set(ctx, k, "x", 0).Err() },
+		"list":   func(k string) error { return rdb.RPush(ctx, k, "x").Err() },
+		"set":    func(k string) error { return rdb.SAdd(ctx, k, "x").Err() },
+		"zset":   func(k string) error { return rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "x"}).Err() },
+		"stream": func(k string) error { return rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"a", "b"}}).Err() },
+		"hash":   func(k string) error { return rdb.HSet(ctx, k, "user", "alice").Err() },
+	}
+	for _, p := range []struct {
+		kind   string
+		keys   *lockKeys
+		calls  []call
+		others map[string]func(string) error // the data of the other kinds
+	}{
+		{"lock", c.keys("x"), lockCalls, map[string]func(string) error{"semaphore": semData, "rwmutex": rwData}},
+		{"semaphore", semKeys(s), semCalls, map[string]func(string) error{"lock": lockData}},
+		{"rwmutex", semKeys(&m.s), rwCalls, map[string]func(string) error{"lock": lockData}},
+	} {
+		data := maps.Clone(values)
+		for kind, write := range p.others {
+			data[kind+"'s hash"] = write
+		}
+		for what, write := range data {
+			for _, cl := range p.calls {
+				t.Run(p.kind+"/"+what+"/"+cl.name, func(t *testing.T) {
+					if err := rdb.FlushDB(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := write(p.keys.lock); err != nil {
+						t.Fatal(err)
+					}
+					before := rdb.Dump(ctx, p.keys.lock).Val()
+					// Bounded, though none of them may wait.
+					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					defer cancel()
+					var l *Lock
+					err, panicked := callSafely(func() error {
+						var err error
+						l, err = cl.do(cctx)
+						return err
+					})
+					if l != nil {
+						_ = l.Unlock(ctx)
+					}
+					if panicked || !errors.Is(err, ErrWrongType) {
+						t.Errorf("error %v, want one wrapping ErrWrongType", err)
+					}
+					if after, ttl := rdb.Dump(ctx, p.keys.lock).Val(), rdb.PTTL(ctx, p.keys.lock).Val(); after != before || ttl != -1 {
+						t.Errorf("the data at %s was changed (expiry %v)", p.keys.lock, ttl)
+					}
+					if n := rdb.Exists(ctx, p.keys.queue, p.keys.waiters).Val(); n != 0 {
+						t.Errorf("the call left a queue behind: %v", rdb.ZRange(ctx, p.keys.queue, 0, -1).Val())
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestBadInputOddPermitNames: a Semaphore's or RWMutex's name with braces,
+// NUL or 0xff bytes, glob characters, a kind's suffix, or of the longest
+// length works as any other: taken, inspected, counted, listed under its
+// kind only, and force released.
+func TestBadInputOddPermitNames(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	for _, name := range []string{"}", "{", "{}", "a}{b", "\x00", "a\x00b", "\xff", "\xff}", "*", "[", `a\`,
+		"x}:semaphore", "}:rwmutex", strings.Repeat("}", MaxKeyLen), strings.Repeat("\xff", MaxKeyLen)} {
+		for _, s := range []*Semaphore{c.Semaphore(name, 2), &c.RWMutex(name).s} {
+			err, p := callSafely(func() error {
+				l, err := s.TryAcquire(ctx, 1)
+				if err != nil {
+					return err
+				}
+				if info, err := s.Inspect(ctx); err != nil || len(info.Holders) != 1 || info.Holders[0].Owner != l.Token() {
+					return fmt.Errorf("Inspect: %+v, %v", info, err)
+				}
+				if n, err := s.Available(ctx); err != nil || n != s.capacity-1 {
+					return fmt.Errorf("Available: %d, %v", n, err)
+				}
+				if names, err := c.List(ctx, "", WithKind(s.kind)); err != nil || !slices.Contains(names, name) {
+					return fmt.Errorf("List: %q, %v", names, err)
+				}
+				if names, err := c.List(ctx, ""); err != nil || slices.Contains(names, name) {
+					return fmt.Errorf("List of locks: %q, %v", names, err)
+				}
+				if err := s.ForceRelease(ctx, l.Token()); err != nil {
+					return fmt.Errorf("ForceRelease: %w", err)
+				}
+				if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+					return fmt.Errorf("Unlock after ForceRelease: %v", err)
+				}
+				return nil
+			})
+			if p || err != nil {
+				t.Errorf("%s %.20q: %v", s.kind, name, err)
+			}
+		}
 	}
 }

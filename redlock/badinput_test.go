@@ -202,3 +202,86 @@ func TestBadInputTimings(t *testing.T) {
 		}
 	}
 }
+
+// TestBadInputWrongTypeNodes puts other data at a lock's name on some
+// nodes, before the lock is taken or while it is held. On one node of
+// three the majority still holds the lock: every call works. On two, a
+// lock cannot be taken (ErrWrongType) and a held one is lost (ErrLockLost;
+// ErrNotHeld for Unlock). No call panics or changes the other data.
+func TestBadInputWrongTypeNodes(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	values := map[string]func(rdb *redis.Client, k string) error{
+		"string": func(rdb *redis.Client, k string) error { return rdb.Set(ctx, k, "x", 0).Err() },
+		"list":   func(rdb *redis.Client, k string) error { return rdb.RPush(ctx, k, "x").Err() },
+		"hash":   func(rdb *redis.Client, k string) error { return rdb.HSet(ctx, k, "user", "alice").Err() },
+	}
+	calls := map[string]func(*dlock.Lock) error{
+		"Extend": func(l *dlock.Lock) error { return l.Extend(ctx, time.Minute) },
+		"TTL":    func(l *dlock.Lock) error { _, err := l.TTL(ctx); return err },
+		"Unlock": func(l *dlock.Lock) error { return l.Unlock(ctx) },
+	}
+	for what, write := range values {
+		for _, nodes := range []int{1, 2} {
+			for name, call := range calls {
+				for _, held := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/%d nodes/%s/held %v", what, nodes, name, held), func(t *testing.T) {
+						for _, rdb := range cl.rdbs {
+							if err := rdb.FlushDB(ctx).Err(); err != nil {
+								t.Fatal(err)
+							}
+						}
+						key := lockKey("x")
+						var want string // the data, as DUMP gives it
+						writeAll := func() {
+							for _, rdb := range cl.rdbs[:nodes] {
+								rdb.Del(ctx, key)
+								if err := write(rdb, key); err != nil {
+									t.Fatal(err)
+								}
+								want = rdb.Dump(ctx, key).Val()
+							}
+						}
+						var l *dlock.Lock
+						err := callSafely(func() error {
+							if !held {
+								writeAll()
+							}
+							if held {
+								// On every node first: the majority left
+								// must be the nodes that have it.
+								l = lockEveryNode(t, cl, c, "x", dlock.WithTTL(time.Second))
+								writeAll()
+								return call(l)
+							}
+							var err error
+							if l, err = c.Lock(ctx, "x", dlock.WithTTL(time.Second)); err != nil {
+								return err
+							}
+							return call(l)
+						})
+						switch {
+						case nodes == 1 && err != nil:
+							t.Errorf("error %v, want none", err)
+						case nodes == 2 && !held && !errors.Is(err, dlock.ErrWrongType):
+							t.Errorf("error %v, want one wrapping ErrWrongType", err)
+						case nodes == 2 && held && name == "Unlock" && !errors.Is(err, dlock.ErrNotHeld):
+							t.Errorf("error %v, want one wrapping ErrNotHeld", err)
+						case nodes == 2 && held && name != "Unlock" && !errors.Is(err, dlock.ErrLockLost):
+							t.Errorf("error %v, want one wrapping ErrLockLost", err)
+						}
+						if l != nil {
+							_ = l.Unlock(ctx)
+						}
+						for i, rdb := range cl.rdbs[:nodes] {
+							if got, ttl := rdb.Dump(ctx, key).Val(), rdb.PTTL(ctx, key).Val(); got != want || ttl != -1 {
+								t.Errorf("node %d: the %s at the lock's name was changed (now a %s, expiry %v)", i, what, rdb.Type(ctx, key).Val(), ttl)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}

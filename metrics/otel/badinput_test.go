@@ -68,3 +68,20 @@ func TestNewRefusedInstrument(t *testing.T) {
 		t.Errorf("New = %q, want the package's prefix and the instrument's name", msg)
 	}
 }
+
+// TestBadInputZeroObserver: an Observer not made by New (the zero value, a
+// nil pointer) records nothing: neither its callbacks nor a Client
+// reporting to it may panic.
+func TestBadInputZeroObserver(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for name, obs := range map[string]*dlockotel.Observer{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			if err := traffic.CallEach(obs); err != nil {
+				t.Fatal(err)
+			}
+			if err := traffic.Observe(rdb, func() (dlock.Observer, error) { return obs, nil }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

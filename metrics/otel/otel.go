@@ -120,7 +120,8 @@ func WithoutKeyInSpans() Option { return func(c *config) { c.keyInSpans = false 
 
 // Observer is a dlock.Observer that records OpenTelemetry metrics and
 // spans. Pass it to dlock.WithObserver; it is safe for concurrent use by
-// many Clients.
+// many Clients. The zero Observer, and a nil *Observer, record nothing:
+// make one with New.
 type Observer struct {
 	groups     *keygroup.Mapper
 	tracer     trace.Tracer
@@ -209,6 +210,9 @@ func New(opts ...Option) (*Observer, error) {
 
 // AcquireStart counts an attempt and starts the "dlock.acquire" span.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
+	if o.off() {
+		return ctx
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	attrs := metric.WithAttributes(g, k, Mode.String(labels.Mode(e.Wait)))
 	o.attempts.Add(ctx, 1, attrs)
@@ -221,6 +225,9 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 // AcquireEnd records the outcome and the wait (a granted lock counts as
 // held), and ends the span.
 func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	out := e.Outcome.String()
 	o.pending.Add(ctx, -1, metric.WithAttributes(g, k))
@@ -243,6 +250,9 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) {
 
 // Reenter counts a re-entry and adds an event to the current span.
 func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.keyAttrs(e.Key, labels.KindLock)
 	out := labels.ReenterOutcome(e.Err)
 	o.reentries.Add(ctx, 1, metric.WithAttributes(g, k, Outcome.String(out)))
@@ -251,6 +261,9 @@ func (o *Observer) Reenter(ctx context.Context, e dlock.ReenterEvent) {
 
 // ReleaseStart starts the "dlock.release" span.
 func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) context.Context {
+	if o.off() {
+		return ctx
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	ctx, span := o.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(o.spanAttrs(e.Key, g, k, Level.Int(e.Level))...))
@@ -264,6 +277,9 @@ func (o *Observer) ReleaseStart(ctx context.Context, e dlock.ReleaseStartEvent) 
 // tried again, and the try Redis answers records it, once; if none is,
 // the hold counts as lost (release_failed).
 func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	out := e.Outcome.String()
 	o.releases.Add(ctx, 1, metric.WithAttributes(g, k, Outcome.String(out)))
@@ -283,16 +299,27 @@ func (o *Observer) ReleaseEnd(ctx context.Context, e dlock.ReleaseEndEvent) {
 
 // Renew counts a renewal.
 func (o *Observer) Renew(e dlock.RenewEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	o.renewals.Add(context.Background(), 1, metric.WithAttributes(g, k, Outcome.String(e.Outcome.String())))
 }
 
 // Lost counts a lost lock, held no more.
 func (o *Observer) Lost(e dlock.LostEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.keyAttrs(e.Key, e.Kind)
 	o.lost.Add(context.Background(), 1, metric.WithAttributes(g, k, Reason.String(e.Reason.String())))
 	o.held.Add(context.Background(), -1, metric.WithAttributes(g, k))
 }
+
+// off reports whether o was not made by New (nil, or the zero Observer),
+// which a Client cannot tell from one that was: its callbacks then do
+// nothing rather than panic inside the Client's calls.
+func (o *Observer) off() bool { return o == nil || o.groups == nil }
 
 // spanKey keys the span an Observer's AcquireStart or ReleaseStart began
 // in the context it returned. The End call ends that span, not whichever is

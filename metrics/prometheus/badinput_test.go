@@ -47,3 +47,28 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestBadInputZeroObserver: an Observer not made by New (the zero value, a
+// nil pointer) records nothing: its callbacks, a Client reporting to it and
+// a registry collecting it must not panic. Describe runs in a goroutine of
+// the registry's, where a panic ends the process.
+func TestBadInputZeroObserver(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for name, obs := range map[string]*dlockprom.Observer{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			if err := traffic.CallEach(obs); err != nil {
+				t.Fatal(err)
+			}
+			if err := traffic.Observe(rdb, func() (dlock.Observer, error) { return obs, nil }); err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			if err := reg.Register(obs); err != nil {
+				t.Fatalf("Register: %v", err)
+			}
+			if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
+				t.Fatalf("Gather = %v, %v; want no metrics", mfs, err)
+			}
+		})
+	}
+}

@@ -93,6 +93,8 @@ func WithHoldBuckets(b []float64) Option { return func(c *config) { c.holdBucket
 
 // Observer is a dlock.Observer that records Prometheus metrics. Pass it
 // to dlock.WithObserver; it is safe for concurrent use by many Clients.
+// The zero Observer, and a nil *Observer, record nothing and have no
+// metrics to collect: make one with New.
 type Observer struct {
 	groups *keygroup.Mapper
 
@@ -179,6 +181,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 // Describe sends the descriptions of the Observer's metrics
 // (prometheus.Collector).
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	if o.off() {
+		return
+	}
 	for _, c := range o.metrics {
 		c.Describe(ch)
 	}
@@ -186,10 +191,19 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the Observer's metrics (prometheus.Collector).
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	if o.off() {
+		return
+	}
 	for _, c := range o.metrics {
 		c.Collect(ch)
 	}
 }
+
+// off reports whether o was not made by New (nil, or the zero Observer),
+// which a Client cannot tell from one that was: its callbacks then do
+// nothing rather than panic inside the Client's calls, and Describe sends
+// nothing rather than panic in a registry's goroutine, ending the process.
+func (o *Observer) off() bool { return o == nil || o.groups == nil }
 
 // checkHistogram returns the error of opts that client_golang reports only
 // by a panic when a vector's first series is made: inside the Observer's
@@ -221,6 +235,9 @@ func checkDescs(cs []prometheus.Collector) error {
 
 // AcquireStart counts an attempt.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
+	if o.off() {
+		return ctx
+	}
 	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
 	o.attempts.WithLabelValues(g, k, labels.Mode(e.Wait)).Inc()
 	o.inFlight.WithLabelValues(g, k).Inc()
@@ -230,6 +247,9 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 // AcquireEnd counts the outcome and observes the wait; a granted lock
 // counts as held.
 func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
+	if o.off() {
+		return
+	}
 	g, k, m, out := o.groups.Group(e.Key), labels.Kind(e.Kind), labels.Mode(e.Wait), e.Outcome.String()
 	o.inFlight.WithLabelValues(g, k).Dec()
 	if e.Outcome == dlock.AcquireOK || e.Outcome == dlock.AcquireDegraded {
@@ -241,6 +261,9 @@ func (o *Observer) AcquireEnd(_ context.Context, e dlock.AcquireEndEvent) {
 
 // Reenter counts a re-entry.
 func (o *Observer) Reenter(_ context.Context, e dlock.ReenterEvent) {
+	if o.off() {
+		return
+	}
 	out := labels.ReenterOutcome(e.Err)
 	o.reentries.WithLabelValues(o.groups.Group(e.Key), labels.KindLock, out).Inc()
 }
@@ -257,6 +280,9 @@ func (o *Observer) ReleaseStart(ctx context.Context, _ dlock.ReleaseStartEvent) 
 // tried again, and the try Redis answers records it, once; if none is,
 // the hold counts as lost (release_failed).
 func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
 	o.releases.WithLabelValues(g, k, e.Outcome.String()).Inc()
 	if e.Ended {
@@ -269,11 +295,17 @@ func (o *Observer) ReleaseEnd(_ context.Context, e dlock.ReleaseEndEvent) {
 
 // Renew counts a renewal.
 func (o *Observer) Renew(e dlock.RenewEvent) {
+	if o.off() {
+		return
+	}
 	o.renewals.WithLabelValues(o.groups.Group(e.Key), labels.Kind(e.Kind), e.Outcome.String()).Inc()
 }
 
 // Lost counts a lost lock, held no more.
 func (o *Observer) Lost(e dlock.LostEvent) {
+	if o.off() {
+		return
+	}
 	g, k := o.groups.Group(e.Key), labels.Kind(e.Kind)
 	o.lost.WithLabelValues(g, k, e.Reason.String()).Inc()
 	o.held.WithLabelValues(g, k).Dec()

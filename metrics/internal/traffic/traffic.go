@@ -58,6 +58,7 @@ const (
 // t.Fatal, when the traffic itself goes wrong.
 type Generator struct {
 	t   testing.TB
+	srv *redistest.Server
 	rdb *redis.Client
 	obs dlock.Observer
 	// Locks is the client the traffic goes through, reporting to the
@@ -70,13 +71,14 @@ type Generator struct {
 // t.Cleanup, the client first.
 func Start(t testing.TB, obs dlock.Observer) *Generator {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
 	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = locks.Close() })
-	return &Generator{t: t, rdb: rdb, obs: obs, Locks: locks}
+	return &Generator{t: t, srv: srv, rdb: rdb, obs: obs, Locks: locks}
 }
 
 // Orders locks "order:0", "order:1" and "order:2" with Do under ctx, one
@@ -468,4 +470,184 @@ func Observe(rdb redis.UniversalClient, newObserver func() (dlock.Observer, erro
 	}
 	defer c.Close()
 	return c.Do(context.Background(), "job:1", func(context.Context) error { return nil })
+}
+
+// CallEach calls each of obs's callbacks once, directly, as a Client
+// does: for an Observer that a Client cannot tell apart from a working one
+// (the zero value of the type), or that it never calls (a nil pointer, which
+// WithObserver drops). It returns the callbacks that panicked, as an error.
+func CallEach(obs dlock.Observer) error {
+	ctx := context.Background()
+	var errs []error
+	for name, call := range map[string]func(){
+		"AcquireStart": func() { obs.AcquireStart(ctx, dlock.AcquireStartEvent{Key: "job:1"}) },
+		"AcquireEnd":   func() { obs.AcquireEnd(ctx, dlock.AcquireEndEvent{Key: "job:1", Err: errors.New("x")}) },
+		"Reenter":      func() { obs.Reenter(ctx, dlock.ReenterEvent{Key: "job:1", Level: 2}) },
+		"ReleaseStart": func() { obs.ReleaseStart(ctx, dlock.ReleaseStartEvent{Key: "job:1", Level: 1}) },
+		"ReleaseEnd":   func() { obs.ReleaseEnd(ctx, dlock.ReleaseEndEvent{Key: "job:1", Level: 1, Ended: true}) },
+		"Renew":        func() { obs.Renew(dlock.RenewEvent{Key: "job:1"}) },
+		"Lost":         func() { obs.Lost(dlock.LostEvent{Key: "job:1"}) },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs = append(errs, fmt.Errorf("%s: panic: %v", name, p))
+				}
+			}()
+			call()
+		}()
+	}
+	return errors.Join(errs...)
+}
+
+// PermitKinds are the ways HeldPermits takes permits, by name: 2 of a
+// Semaphore's 3 ("semaphore"), an RWMutex's read lock ("read") and its
+// write lock ("write"); the kind of each is KindOf.
+var PermitKinds = []string{"semaphore", "read", "write"}
+
+// KindOf is the kind (label kind, attribute dlock.kind) of the permits
+// PermitKinds names.
+func KindOf(name string) string {
+	if name == "semaphore" {
+		return "semaphore"
+	}
+	return "rwmutex"
+}
+
+// takePermits takes the permits name (one of PermitKinds) of key on c.
+func takePermits(ctx context.Context, c *dlock.Client, name, key string, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	switch name {
+	case "semaphore":
+		return c.Semaphore(key, 3).Acquire(ctx, 2, opts...)
+	case "read":
+		return c.RWMutex(key).RLock(ctx, opts...)
+	default:
+		return c.RWMutex(key).Lock(ctx, opts...)
+	}
+}
+
+// HeldPermits is Held for permits: for each of PermitKinds it takes
+// permits in group "held" and ends each hold another way: a plain Unlock;
+// an Unlock after the Client's Close; an Unlock that fails and is tried
+// again; a loss of the lease run out unrenewed, then Unlock; permits an
+// operator took away (ForceRelease), found gone by a renewal, then
+// Unlock; an Unlock with Redis gone. held reads the test's gauge of locks
+// held, and holds the count of the hold-time histogram, by kind in group
+// "held": HeldPermits fails the test unless held reads 1 while each hold
+// is on and 0 after it ended, and holds moved by 1 for each hold ended by
+// an Unlock Redis answered (0 for the last).
+func (g *Generator) HeldPermits(held, holds func(kind string) float64) {
+	g.t.Helper()
+	ctx := context.Background()
+	for _, name := range PermitKinds {
+		kind := KindOf(name)
+		want := func(n float64, when string) {
+			g.t.Helper()
+			if got := held(kind); got != n {
+				g.t.Errorf("locks held (%s, %s) %s = %v, want %v", name, kind, when, got, n)
+			}
+		}
+		recorded := holds(kind)
+		wantHolds := func(n float64, when string) {
+			g.t.Helper()
+			recorded += n
+			if got := holds(kind); got != recorded {
+				g.t.Errorf("hold times recorded (%s, %s) %s = %v, want %v", name, kind, when, got, recorded)
+			}
+		}
+		take := func(c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lock {
+			g.t.Helper()
+			l, err := takePermits(ctx, c, name, key, opts...)
+			if err != nil {
+				g.t.Fatal(err)
+			}
+			want(1, "while "+key+" is held")
+			return l
+		}
+
+		if err := take(g.Locks, "held:p-plain").Unlock(ctx); err != nil {
+			g.t.Fatal(err)
+		}
+		want(0, "after Unlock")
+		wantHolds(1, "after Unlock")
+
+		closing, err := dlock.New(g.rdb, dlock.WithObserver(g.obs))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		l := take(closing, "held:p-closed")
+		if err := closing.Close(); err != nil {
+			g.t.Fatal(err)
+		}
+		want(0, "after Close")
+		if err := l.Unlock(ctx); err != nil {
+			g.t.Fatalf("Unlock after Close = %v", err)
+		}
+		want(0, "after Close and Unlock")
+		wantHolds(1, "after Close and Unlock")
+
+		failing, fail := failingReleases(g.t, g.rdb.Options().Addr, g.obs)
+		l = take(failing, "held:p-retried")
+		fail()
+		if err := l.Unlock(ctx); err == nil {
+			g.t.Fatal("Unlock with its release failing = nil")
+		}
+		want(0, "after a failed Unlock")
+		wantHolds(0, "after a failed Unlock")
+		if err := l.Unlock(ctx); err != nil {
+			g.t.Fatalf("Unlock again = %v", err)
+		}
+		want(0, "after a failed Unlock and its retry")
+		wantHolds(1, "after a failed Unlock and its retry")
+
+		l = take(g.Locks, "held:p-expired", dlock.WithTTL(shortTTL), dlock.WithoutRenewal())
+		testutil.WaitUntil(g.t, waitTimeout, "the loss to be counted", func() bool { return held(kind) == 0 })
+		_ = l.Unlock(ctx) // nil if the holder outlived the lease trusted, within the drift margin
+		want(0, "after the permits were lost and unlocked")
+		wantHolds(1, "after the permits were lost and unlocked")
+
+		l = take(g.Locks, "held:p-forced", dlock.WithTTL(shortTTL))
+		if name == "semaphore" {
+			err = g.Locks.Semaphore("held:p-forced", 3).ForceRelease(ctx, l.Token())
+		} else {
+			err = g.Locks.RWMutex("held:p-forced").ForceRelease(ctx, l.Token())
+		}
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		testutil.WaitUntil(g.t, waitTimeout, "the loss to be counted", func() bool { return held(kind) == 0 })
+		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			g.t.Fatalf("Unlock of permits taken away = %v, want ErrNotHeld", err)
+		}
+		want(0, "after the permits were taken away and unlocked")
+		wantHolds(1, "after the permits were taken away and unlocked")
+	}
+
+	// Last: Redis gone during the release of each kind's hold.
+	var ls []*dlock.Lock
+	for _, name := range PermitKinds {
+		l, err := takePermits(ctx, g.Locks, name, "held:p-gone-"+name)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	before := map[string]float64{}
+	for _, name := range PermitKinds {
+		before[KindOf(name)] = holds(KindOf(name))
+	}
+	g.srv.Stop(g.t)
+	for _, l := range ls {
+		if err := l.Unlock(ctx); err == nil {
+			g.t.Fatal("Unlock with Redis gone = nil")
+		}
+	}
+	for kind, n := range before {
+		if got := held(kind); got != 0 {
+			g.t.Errorf("locks held (%s) after Unlock with Redis gone = %v, want 0", kind, got)
+		}
+		if got := holds(kind); got != n {
+			g.t.Errorf("hold times recorded (%s) after Unlock with Redis gone = %v, want %v", kind, got, n)
+		}
+	}
 }
