@@ -256,6 +256,24 @@ func TestHoldActiveBackToZeroOnEveryPath(t *testing.T) {
 	})
 }
 
+func TestPermitsHoldActiveBackToZeroOnEveryPath(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic.Start(t, obs).HeldPermits(
+		func(kind string) float64 {
+			return collect(t, reader, "dlock.hold.active")["dlock.key.group=held,dlock.kind="+kind].value
+		},
+		func(kind string) float64 {
+			return collect(t, reader, "dlock.hold.duration")["dlock.key.group=held,dlock.kind="+kind].count
+		},
+	)
+}
+
 func TestKeyGroups(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -293,3 +293,15 @@ func TestNewRefusesBadHistogramOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestPermitsHeldBackToZeroOnEveryPath(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	obs, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic.Start(t, obs).HeldPermits(
+		func(kind string) float64 { return scrape(t, reg, "dlock_locks_held")["group=held,kind="+kind].value },
+		func(kind string) float64 { return scrape(t, reg, "dlock_hold_seconds")["group=held,kind="+kind].count },
+	)
+}
