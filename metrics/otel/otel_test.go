@@ -241,8 +241,8 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	}
 }
 
-// WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
-// later count as "other".
+// dlock.hold.active is back to zero on every path by which a hold ends
+// (traffic.Held).
 func TestHoldActiveBackToZeroOnEveryPath(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -274,6 +274,8 @@ func TestPermitsHoldActiveBackToZeroOnEveryPath(t *testing.T) {
 	)
 }
 
+// WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
+// later count as "other".
 func TestKeyGroups(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
