@@ -86,24 +86,9 @@ func checkPermitEvents(t *testing.T, rec *recorder, key, kind string, granted, l
 	if times != holdTimes {
 		t.Errorf("%d hold times recorded, want %d (releases %+v)", times, holdTimes, rec.releases)
 	}
-	var named []string // "event key kind" of every event
-	for _, e := range rec.starts {
-		named = append(named, "AcquireStart "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.acquires {
-		named = append(named, "AcquireEnd "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.rstarts {
-		named = append(named, "ReleaseStart "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.releases {
-		named = append(named, "ReleaseEnd "+e.Key+" "+e.Kind)
-	}
+	named := rec.keyKinds()
 	for _, e := range rec.renews {
-		named = append(named, "Renew "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.losts {
-		named = append(named, "Lost "+e.Key+" "+e.Kind)
+		named = append(named, "renew "+e.Key+" "+e.Kind)
 	}
 	for _, ev := range named {
 		if !strings.HasSuffix(ev, " "+key+" "+kind) {

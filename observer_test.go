@@ -88,6 +88,29 @@ func (r *recorder) count(f func(r *recorder) int) int {
 	return f(r)
 }
 
+// keyKinds is "event key kind" for each event heard but the renewals and
+// re-entries: the acquisitions' starts and ends, the losses, the
+// releases' starts and ends, in this order. Called with r.mu held.
+func (r *recorder) keyKinds() []string {
+	var got []string
+	for _, e := range r.starts {
+		got = append(got, "start "+e.Key+" "+e.Kind)
+	}
+	for _, e := range r.acquires {
+		got = append(got, "end "+e.Key+" "+e.Kind)
+	}
+	for _, e := range r.losts {
+		got = append(got, "lost "+e.Key+" "+e.Kind)
+	}
+	for _, e := range r.rstarts {
+		got = append(got, "release "+e.Key+" "+e.Kind)
+	}
+	for _, e := range r.releases {
+		got = append(got, "released "+e.Key+" "+e.Kind)
+	}
+	return got
+}
+
 func TestObserverSeesTheLockLife(t *testing.T) {
 	rec := &recorder{}
 	c, rdb, _ := newTestClient(t, WithObserver(rec))
@@ -903,22 +926,7 @@ func TestObserverTellsPermitsFromLocks(t *testing.T) {
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	var got []string
-	for _, e := range rec.starts {
-		got = append(got, "start "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.acquires {
-		got = append(got, "end "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.losts {
-		got = append(got, "lost "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.rstarts {
-		got = append(got, "release "+e.Key+" "+e.Kind)
-	}
-	for _, e := range rec.releases {
-		got = append(got, "released "+e.Key+" "+e.Kind)
-	}
+	got := rec.keyKinds()
 	want := []string{
 		"start x lock", "start x semaphore", "start x rwmutex",
 		"end x lock", "end x semaphore", "end x rwmutex",
