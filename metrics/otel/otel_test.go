@@ -244,26 +244,14 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 // dlock.hold.active is back to zero on every path by which a hold ends
 // (traffic.Held).
 func TestHoldActiveBackToZeroOnEveryPath(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs, reader := meteredObserver(t)
 	traffic.Start(t, obs).Held(func(kind string) float64 {
 		return collect(t, reader, "dlock.hold.active")["dlock.key.group=held,dlock.kind="+kind].value
 	})
 }
 
 func TestPermitsHoldActiveBackToZeroOnEveryPath(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs, reader := meteredObserver(t)
 	traffic.Start(t, obs).HeldPermits(
 		func(kind string) float64 {
 			return collect(t, reader, "dlock.hold.active")["dlock.key.group=held,dlock.kind="+kind].value
@@ -277,14 +265,7 @@ func TestPermitsHoldActiveBackToZeroOnEveryPath(t *testing.T) {
 // WithKeyGroup maps keys to groups, and past WithMaxGroups the groups seen
 // later count as "other".
 func TestKeyGroups(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithMeterProvider(mp),
-		dlockotel.WithMaxGroups(traffic.MaxGroups), dlockotel.WithKeyGroup(traffic.GroupBySlash))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs, reader := meteredObserver(t, dlockotel.WithMaxGroups(traffic.MaxGroups), dlockotel.WithKeyGroup(traffic.GroupBySlash))
 	want := traffic.Start(t, obs).GroupedKeys()
 	got := collect(t, reader, "dlock.acquisitions")
 	if len(got) != len(want) {
@@ -296,6 +277,20 @@ func TestKeyGroups(t *testing.T) {
 			t.Errorf("%s = %v, want %v", a, got[a].value, n)
 		}
 	}
+}
+
+// meteredObserver returns an Observer with opts whose metrics reader
+// collects.
+func meteredObserver(t *testing.T, opts ...dlockotel.Option) (*dlockotel.Observer, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := dlockotel.New(append([]dlockotel.Option{dlockotel.WithMeterProvider(mp)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs, reader
 }
 
 // spanObserver returns an Observer whose spans go to an in-memory
