@@ -154,15 +154,21 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 // not its cancellation, which go-redis does not notice on a request under
 // way until its ReadTimeout cuts a read from a Redis that hangs: the
 // caller stops waiting for it at ctx's end, and the call fails with an
-// inFlightError, as a queued call does once sent. The first check, which
-// most acquisitions end with, goes by run: no goroutine of its own.
+// inFlightError, as a queued call does once sent. Its own context is
+// cancelled then, not before: go-redis does not try it again (MaxRetries),
+// which could take the lock after the queue-leaving that waits for it has
+// given up and released. The first check, which most acquisitions end with,
+// goes by run: no goroutine of its own.
 func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args ...any) *redis.Cmd {
 	if ctx.Err() != nil || ctx.Done() == nil {
 		return b.run(ctx, s, keys, args...)
 	}
-	sctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	var sctx context.Context
+	var cancel context.CancelFunc
 	if d, ok := ctx.Deadline(); ok {
-		sctx, cancel = context.WithDeadline(sctx, d)
+		sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	} else {
+		sctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
 	}
 	var cmd *redis.Cmd
 	var p *backend.Panic
@@ -174,7 +180,15 @@ func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args 
 		defer close(done)
 		defer cancel()
 		p = backend.Run(func() { cmd = b.run(sctx, s, keys, args...) })
-		if !claimed.CompareAndSwap(false, true) && p != nil {
+		if claimed.CompareAndSwap(false, true) {
+			return
+		}
+		// A batched call that the cancellation left on its way: done
+		// tells of its outcome only once that call has one.
+		if fl := (inFlightError{}); p == nil && errors.As(cmd.Err(), &fl) {
+			<-fl.done
+		}
+		if p != nil {
 			p.Log(b.log, "dlock: panic in a check whose caller had stopped waiting")
 		}
 	}()
@@ -182,6 +196,7 @@ func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args 
 	case <-done:
 	case <-ctx.Done():
 		if claimed.CompareAndSwap(false, true) {
+			cancel()
 			cmd := redis.NewCmd(ctx)
 			cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: done})
 			return cmd

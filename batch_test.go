@@ -454,6 +454,78 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 	}
 }
 
+// As TestAbandonedBatchedCheckTakesNothing, for a check made again while
+// the waiter waits, which its caller stops waiting for at ctx's end
+// (batcher.runWaiting): the leaving still goes after it.
+func TestAbandonedBatchedRecheckTakesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { probe.Close() })
+	c0 := newClientOn(t, probe)
+	k := c0.keys("victim")
+	h := &batchRace{
+		blocker: c0.keys("blocker").lock, victim: k.lock,
+		slots: make(chan struct{}), proceed: make(chan struct{}),
+		piped: make(chan struct{}), released: make(chan struct{}),
+	}
+	h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
+	// Checks again every 100 ms.
+	c, _ := hookedClient(t, srv.Addr(), h, WithQueueTTL(300*time.Millisecond))
+	var openSlots, openPipe sync.Once
+	t.Cleanup(func() {
+		openSlots.Do(func() { close(h.slots) })
+		openPipe.Do(func() { close(h.proceed) })
+	})
+	held := mustLock(t, c0, "victim")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := lockThenUnlock(wctx, c, "victim", WithTTL(30*time.Second))
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return probe.ZCard(ctx, k.queue).Val() == 1 })
+
+	// Two acquires fill the batcher's slots; the waiter's next check
+	// queues behind them.
+	var wg sync.WaitGroup
+	for _, key := range []string{"blocker1", "blocker2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := c.TryLock(ctx, key); err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+	waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
+	<-h.piped
+
+	cancel() // the waiter gives up while its check is on its way
+	waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
+		select {
+		case <-h.released:
+			return true
+		default:
+			return parkedIn("dlock.(*attempt).leave(")
+		}
+	})
+	openPipe.Do(func() { close(h.proceed) })
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
+	}
+	wg.Wait()
+	c.Close()
+	if n := probe.Exists(ctx, k.lock).Val(); n != 0 {
+		t.Errorf("the lock was taken by a waiter that had given up (lease left %v)", probe.PTTL(ctx, k.lock).Val())
+	}
+	if n := probe.ZCard(ctx, k.queue).Val(); n != 0 {
+		t.Errorf("%d queue entries left by a waiter that had given up", n)
+	}
+}
+
 // A batch that Redis does not answer within batchTimeout fails its calls
 // with the batch's own deadline (go-redis returns the context's error
 // when it ends between retries). That is Redis out of reach, not the

@@ -1050,6 +1050,79 @@ func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 	}
 }
 
+// A check of a waiter that a cancelled caller no longer waits for is not
+// tried again by go-redis (MaxRetries) on the caller's behalf: made again
+// at the next ReadTimeout (4 s here, with go-redis's other defaults), past
+// the queue-leaving's wait for it (batchTimeout), it would take the lock
+// once the leaving's release had run, for a token nobody holds, and keep
+// everyone out for the whole lease. Here every try of the check goes over
+// a connection that went dead but the fourth, and the lock is free by then.
+func TestWaiterCancelledMidCheckIsNotRetriedPastItsLeaving(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	proxy := startProxy(t, srv.Addr())
+	ended := make(chan struct{}, 8)
+	var armed atomic.Bool
+	hook := scriptHook{after: map[string]func() error{acquireEval.sha: func() error {
+		if armed.Load() {
+			ended <- struct{}{}
+		}
+		return nil
+	}}}
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 4 * time.Second})
+	t.Cleanup(func() { cut.Close() })
+	cut.AddHook(hook)
+	// Checks again every 100 ms.
+	c := newClientOn(t, cut, WithQueueTTL(300*time.Millisecond))
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	h := mustLock(t, other, "dead", WithTTL(30*time.Second))
+	k := c.keys("dead")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := inBackground(func() (*Lock, error) { return c.Lock(wctx, "dead", WithTTL(30*time.Second)) })
+	ch := k.channel + ":" + c.be.(*node).id
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		shard, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
+		return rdb.ZCard(ctx, k.queue).Val() == 1 && shard[ch] == 1
+	})
+	// Each try of the check goes over a new connection: cut each but the
+	// fourth, which comes about 12 s on.
+	isCheck := func(b []byte) bool { return bytes.Contains(b, []byte(acquireEval.sha)) }
+	armed.Store(true)
+	testutil.Receive(t, proxy.DropOn(isCheck), 5*time.Second, "the check to be cut")
+	cancel()
+	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter cancelled mid-check = %v, %v, want Canceled", r.l, r.err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	cutting := make(chan struct{})
+	go func() {
+		defer close(cutting)
+		for range 2 {
+			select {
+			case <-proxy.DropOn(isCheck):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	testutil.Receive(t, ended, 20*time.Second, "the check to end")
+	close(stop)
+	<-cutting
+	left := make(chan struct{})
+	go func() { c.ops.Wait(); close(left) }()
+	testutil.Receive(t, left, 15*time.Second, "the waiter's leaving to end")
+	if _, err := other.TryLock(ctx, "dead"); err != nil {
+		owner, _ := rdb.HGetAll(ctx, k.lock).Result()
+		t.Fatalf("TryLock once the cancelled waiter left and its check ended = %v (lock %v)", err, owner)
+	}
+}
+
 // A grant that cannot be handed out (its reply came after the lease could be
 // trusted, or the Client was closed meanwhile) is released before TryLock
 // returns, and that release waits for Redis as long as a waiter's leaving
