@@ -30,9 +30,9 @@ import (
 // ctx's deadline only with Options.ContextTimeoutEnabled, and never at a
 // cancellation: a check on its way when ctx is cancelled (or, without that
 // option, when its deadline passes) is waited for up to the client's
-// ReadTimeout. Once Lock waits, its checks (but with WithReplicaAck) and
-// its first subscription to the hand-overs are not waited for past ctx's
-// end.
+// ReadTimeout. Once Lock waits, its checks (with WithReplicaAck, their
+// WAIT too, and the lease set again after a hand-over) and its first
+// subscription to the hand-overs are not waited for past ctx's end.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }

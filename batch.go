@@ -149,19 +149,36 @@ func (b *batcher) run(ctx context.Context, s *evalCall, keys []any, args ...any)
 	return cmd
 }
 
-// runWaiting is run for a check a waiter makes again while it waits. It
-// is made from a goroutine of its own, with ctx's values and deadline but
-// not its cancellation, which go-redis does not notice on a request under
-// way until its ReadTimeout cuts a read from a Redis that hangs: the
-// caller stops waiting for it at ctx's end, and the call fails with an
-// inFlightError, as a queued call does once sent. Its own context is
-// cancelled then, not before: go-redis does not try it again (MaxRetries),
-// which could take the lock after the queue-leaving that waits for it has
-// given up and released. The first check, which most acquisitions end with,
-// goes by run: no goroutine of its own.
-func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args ...any) *redis.Cmd {
+// runWaiting is run for a check a waiter makes again while it waits
+// (waitingCall, ops as there). The first check, which most acquisitions
+// end with, goes by run: no goroutine of its own.
+func (b *batcher) runWaiting(ctx context.Context, ops *sync.WaitGroup, s *evalCall, keys []any, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	if err := waitingCall(ctx, ops, b.log, func(ctx context.Context) error {
+		cmd = b.run(ctx, s, keys, args...)
+		return cmd.Err()
+	}); err != nil {
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
+	}
+	return cmd
+}
+
+// waitingCall runs f, a request a waiter makes while it waits, from a
+// goroutine of its own (counted in ops, if not nil, so that Close waits for
+// it), with ctx's values and deadline but not its cancellation, which
+// go-redis does not notice on a request under way until its ReadTimeout
+// cuts a read from a Redis that hangs. The caller stops waiting for it at
+// ctx's end: waitingCall then returns an inFlightError, as a queued call
+// does once sent, and what f wrote is f's alone; else nil, once f ended.
+// f's own context is cancelled then, not before: go-redis does not try it
+// again (MaxRetries), which could take the lock after the queue-leaving
+// that waits for it has given up and released.
+func waitingCall(ctx context.Context, ops *sync.WaitGroup, log *slog.Logger, f func(context.Context) error) error {
 	if ctx.Err() != nil || ctx.Done() == nil {
-		return b.run(ctx, s, keys, args...)
+		_ = f(ctx)
+		return nil
 	}
 	var sctx context.Context
 	var cancel context.CancelFunc
@@ -170,26 +187,32 @@ func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args 
 	} else {
 		sctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
 	}
-	var cmd *redis.Cmd
+	if ops != nil {
+		ops.Add(1) // above 0: the waiter's own call is counted
+	}
 	var p *backend.Panic
 	// Whoever claims first: the call once it has ended (the caller then
 	// gets its reply, or its panic), or the caller once it stops waiting.
 	var claimed atomic.Bool
 	done := make(chan struct{})
 	go func() {
+		if ops != nil {
+			defer ops.Done()
+		}
 		defer close(done)
 		defer cancel()
-		p = backend.Run(func() { cmd = b.run(sctx, s, keys, args...) })
+		var err error
+		p = backend.Run(func() { err = f(sctx) })
 		if claimed.CompareAndSwap(false, true) {
 			return
 		}
 		// A batched call that the cancellation left on its way: done
 		// tells of its outcome only once that call has one.
-		if fl := (inFlightError{}); p == nil && errors.As(cmd.Err(), &fl) {
+		if fl := (inFlightError{}); p == nil && errors.As(err, &fl) {
 			<-fl.done
 		}
 		if p != nil {
-			p.Log(b.log, "dlock: panic in a check whose caller had stopped waiting")
+			p.Log(log, "dlock: panic in a request whose caller had stopped waiting")
 		}
 	}()
 	select {
@@ -197,14 +220,12 @@ func (b *batcher) runWaiting(ctx context.Context, s *evalCall, keys []any, args 
 	case <-ctx.Done():
 		if claimed.CompareAndSwap(false, true) {
 			cancel()
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(inFlightError{ctxErr: ctx.Err(), done: done})
-			return cmd
+			return inFlightError{ctxErr: ctx.Err(), done: done}
 		}
 		<-done // ended just now
 	}
 	p.Raise()
-	return cmd
+	return nil
 }
 
 // release gives back an in-flight slot, or uses it to send the queue.

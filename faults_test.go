@@ -971,8 +971,10 @@ func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 // as soon as one cancelled between checks does, not once go-redis's
 // ReadTimeout (10 s here) has cut the read: a check made again (the queue
 // entry's refresh), or the first wait's question of which pub/sub the
-// hand-overs come by. Close waits for the leaving, which goes after the
-// check.
+// hand-overs come by; with WithReplicaAck, a check and its WAIT, or the
+// lease set again (and waited for) after a hand-over. Close waits for the
+// leaving, which goes after the request: nothing is left queued, nor held
+// (a lock handed over meanwhile is given back).
 func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 	type take func(ctx context.Context, opts ...LockOption) (*Lock, error)
 	lock := func(c *Client, name string) take {
@@ -990,30 +992,49 @@ func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		hold, wait func(c *Client, name string) take
-		script     *evalCall
 		queue      func(c *Client) *lockKeys
 	}{
-		{"Lock", lock, lock, acquireEval, func(c *Client) *lockKeys { return c.keys("hung") }},
-		{"SemaphoreAcquire", permits(2), permits(1), permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.Semaphore("hung", 2)) }},
-		{"RWMutexRLock", write, read, permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
-		{"RWMutexLock", read, write, permitsAcquireEval, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+		{"Lock", lock, lock, func(c *Client) *lockKeys { return c.keys("hung") }},
+		{"SemaphoreAcquire", permits(2), permits(1), func(c *Client) *lockKeys { return semKeys(c.Semaphore("hung", 2)) }},
+		{"RWMutexRLock", write, read, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+		{"RWMutexLock", read, write, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
 	} {
-		for _, at := range []string{"check", "subscription"} {
+		for _, at := range []string{"check", "subscription", "acked check", "acked hand-over"} {
 			t.Run(tc.name+"/"+at, func(t *testing.T) {
-				srv := redistest.Start(t)
+				acked, handOver := strings.HasPrefix(at, "acked"), at == "acked hand-over"
+				// Checks again every 100 ms; the hand-over rows wait for its
+				// message alone (noPolling).
+				opts := []Option{WithQueueTTL(300 * time.Millisecond)}
+				if handOver {
+					opts = []Option{noPolling}
+				}
+				var srv *redistest.Server
+				if acked {
+					srv, _ = redistest.StartReplicated(t)
+					opts = append(opts, WithReplicaAck(1, time.Second, FailClosed))
+				} else {
+					srv = redistest.Start(t)
+				}
 				rdb := srv.Client(t)
 				proxy := startProxy(t, srv.Addr())
 				cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
 				t.Cleanup(func() { cut.Close() })
-				// Checks again every 100 ms.
-				c := newClientOn(t, cut, WithQueueTTL(300*time.Millisecond))
+				c := newClientOn(t, cut, opts...)
+				k := tc.queue(c)
+				// The checks Redis answered: after a hand-over, the one the
+				// subscription's taking effect asks for must have come
+				// before, or it could find the hand-over itself.
+				var checks atomic.Int32
+				cut.AddHook(scriptHook{after: map[string]func() error{k.scripts().acquire.sha: func() error {
+					checks.Add(1)
+					return nil
+				}}})
 				ctx := context.Background()
 				h, err := tc.hold(newClientOn(t, rdb), "hung")(ctx, WithTTL(30*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer h.Unlock(ctx)
-				k := tc.queue(c)
 				var frozen <-chan struct{}
 				if at == "subscription" {
 					frozen = proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(bytes.ToLower(b), []byte("spublish")) })
@@ -1021,13 +1042,22 @@ func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 				wctx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				got := inBackground(func() (*Lock, error) { return tc.wait(c, "hung")(wctx) })
-				if at == "check" {
+				if at != "subscription" {
 					ch := k.channel + ":" + c.be.(*node).id
-					waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+					waitUntil(t, 5*time.Second, "the waiter to queue, subscribe and check again", func() bool {
 						shard, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
-						return rdb.ZCard(ctx, k.queue).Val() == 1 && shard[ch] == 1
+						return rdb.ZCard(ctx, k.queue).Val() == 1 && shard[ch] == 1 && (!handOver || checks.Load() >= 2)
 					})
-					frozen = proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(tc.script.sha)) })
+					sha := k.scripts().acquire.sha
+					if handOver {
+						sha = k.scripts().extend.Hash()
+					}
+					frozen = proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(sha)) })
+					if handOver {
+						if err := h.Unlock(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 				testutil.Receive(t, frozen, 5*time.Second, "the request to reach the frozen proxy")
 				defer proxy.Thaw()
@@ -1040,10 +1070,21 @@ func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 				if !errors.Is(r.err, context.Canceled) {
 					t.Fatalf("waiter cancelled while Redis hung = %v, %v, want Canceled", r.l, r.err)
 				}
+				if !handOver {
+					// Handed over to the waiter, still queued: the request
+					// it no longer waits for may take it once Redis
+					// answers, and the leaving after it gives it back.
+					if err := h.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
 				proxy.Thaw()
 				c.Close()
 				if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
 					t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
+				}
+				if rdb.Exists(ctx, k.lock).Val() != 0 {
+					t.Errorf("%s still held once Close returned: the hand-over was not given back", k.lock)
 				}
 			})
 		}

@@ -137,8 +137,8 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 			notHeldAt = start
 		}
 		// Once it has waited (timer), a cancelled caller does not wait for
-		// a check that Redis does not answer (batcher.runWaiting).
-		res, ack, err := a.n.tryAcquire(ctx, a.keys, args, timer != nil)
+		// a check that Redis does not answer (waitingCall).
+		res, ack, err := a.n.tryAcquire(ctx, a.keys, args, timer != nil, a.r.Ops)
 		if err != nil { // errors.As's target escapes: not on every check
 			if fl := (inFlightError{}); errors.As(err, &fl) {
 				a.inflight = fl.done

@@ -599,13 +599,14 @@ func leaseWritten(op string, l *backend.Lease) ReplicaReport {
 
 // tryAcquire runs the acquire script once, followed by WAIT if the Client
 // asks for replica acknowledgement (the WAIT then covers a grant made by
-// this call). waiting says it is a check made again while the caller
-// waits (batcher.runWaiting).
-func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any, waiting bool) ([]int64, ack, error) {
+// this call, even one whose caller stopped waiting for it). waiting says
+// it is a check made again while the caller waits (waitingCall, counted
+// in ops).
+func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any, waiting bool, ops *sync.WaitGroup) ([]int64, ack, error) {
 	if n.ack == nil {
 		var cmd *redis.Cmd
 		if waiting {
-			cmd = n.batch.runWaiting(ctx, k.scripts().acquire, k.args[:], args...)
+			cmd = n.batch.runWaiting(ctx, ops, k.scripts().acquire, k.args[:], args...)
 		} else {
 			cmd = n.batch.run(ctx, k.scripts().acquire, k.args[:], args...)
 		}
@@ -613,7 +614,11 @@ func (n *node) tryAcquire(ctx context.Context, k *lockKeys, args []any, waiting 
 		return res, ack{ok: true}, err
 	}
 	c := &call{s: k.scripts().acquire.script, keys: k.all(), args: args}
-	n.runAcked(ctx, []*call{c})
+	if !waiting {
+		n.runAcked(ctx, []*call{c})
+	} else if err := waitingCall(ctx, ops, n.log, func(ctx context.Context) error { n.runAcked(ctx, []*call{c}); return c.cmd.Err() }); err != nil {
+		return nil, ack{}, err
+	}
 	res, err := c.cmd.Int64Slice()
 	return res, c.ack, err
 }
@@ -651,10 +656,18 @@ func (a *attempt) handedOver(ctx context.Context, fence uint64, since time.Time,
 	// the same millisecond, for the WAIT to cover.
 	c := &call{s: a.keys.scripts().extend, keys: []string{a.keys.lock}, args: []any{a.r.Token, backend.Millis(a.r.TTL), backend.Lengthen}}
 	set := time.Now()
-	a.n.runAcked(ctx, []*call{c})
-	v, err := c.cmd.Int64()
+	// Sent only while waiting: a cancelled caller does not wait for it
+	// (waitingCall), and leaves after it (abandon), giving the lock back.
+	err = waitingCall(ctx, a.r.Ops, a.n.log, func(ctx context.Context) error { a.n.runAcked(ctx, []*call{c}); return c.cmd.Err() })
+	var v int64
+	if err == nil {
+		v, err = c.cmd.Int64()
+	}
 	switch {
 	case err != nil:
+		if fl := (inFlightError{}); errors.As(err, &fl) {
+			a.inflight = fl.done
+		}
 		a.abandon(ctx)
 		return backend.Grant{}, true, redisError(kindOf(a.r.Permits), a.r.Key, err)
 	case v != 1:
