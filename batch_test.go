@@ -349,6 +349,15 @@ func (h *batchRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *batchRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		// A blocker's acquire comes batched if it waited for a slot (a
+		// waiter's check made again had it): it fills its slot as well.
+		for _, cmd := range cmds {
+			if sha, key := firstKey(cmd); sha == acquireEval.sha && strings.HasPrefix(key, h.blocker) {
+				h.held.Add(1)
+				<-h.slots
+				break
+			}
+		}
 		for _, cmd := range cmds {
 			if sha, key := firstKey(cmd); sha == acquireEval.sha && key == h.victim {
 				h.pipedOnce.Do(func() { close(h.piped) })
