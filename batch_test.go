@@ -330,7 +330,58 @@ type batchRace struct {
 	pipedOnce       sync.Once
 	released        chan struct{} // closed when a release of the victim ran
 	releasedOnce    sync.Once
+	slotsOnce       sync.Once
+	proceedOnce     sync.Once
 }
+
+// startBatchRace starts a Redis, a Client c0 on it (probe is its go-redis
+// client) and a Client c with opts whose acquires of "blocker1" and
+// "blocker2" and whose batched checks of "victim" h holds back, until
+// openSlots and openPipe (or the end of t).
+func startBatchRace(t *testing.T, opts ...Option) (probe *redis.Client, c0, c *Client, h *batchRace) {
+	t.Helper()
+	srv := redistest.Start(t)
+	probe = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { probe.Close() })
+	c0 = newClientOn(t, probe)
+	h = &batchRace{
+		blocker: c0.keys("blocker").lock, victim: c0.keys("victim").lock,
+		slots: make(chan struct{}), proceed: make(chan struct{}),
+		piped: make(chan struct{}), released: make(chan struct{}),
+	}
+	h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
+	c, _ = hookedClient(t, srv.Addr(), h, opts...)
+	t.Cleanup(func() {
+		h.openSlots()
+		h.openPipe()
+	})
+	return probe, c0, c, h
+}
+
+// fillSlots has c take two blockers, which fill its batcher's slots, and
+// returns once both are held; wg ends with them.
+func (h *batchRace) fillSlots(t *testing.T, c *Client) (wg *sync.WaitGroup) {
+	t.Helper()
+	ctx := context.Background()
+	wg = &sync.WaitGroup{}
+	for _, key := range []string{"blocker1", "blocker2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := c.TryLock(ctx, key); err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+	return wg
+}
+
+// openSlots lets the blockers' acquires through.
+func (h *batchRace) openSlots() { h.slotsOnce.Do(func() { close(h.slots) }) }
+
+// openPipe lets the victim's batched checks through.
+func (h *batchRace) openPipe() { h.proceedOnce.Do(func() { close(h.proceed) }) }
 
 func (h *batchRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -393,42 +444,16 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 	// waiter's own release is given, or no release follows it at all.
 	for _, slow := range []bool{false, true} {
 		t.Run(map[bool]string{false: "check held back", true: "check slower than releaseTimeout"}[slow], func(t *testing.T) {
-			srv := redistest.Start(t)
 			ctx := context.Background()
-			probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			t.Cleanup(func() { probe.Close() })
-			c0 := newClientOn(t, probe)
-			h := &batchRace{
-				blocker: c0.keys("blocker").lock, victim: c0.keys("victim").lock,
-				slots: make(chan struct{}), proceed: make(chan struct{}),
-				piped: make(chan struct{}), released: make(chan struct{}),
-			}
-			h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
-			c, _ := hookedClient(t, srv.Addr(), h)
-			var openSlots, openPipe sync.Once
-			t.Cleanup(func() {
-				openSlots.Do(func() { close(h.slots) })
-				openPipe.Do(func() { close(h.proceed) })
-			})
-
+			probe, c0, c, h := startBatchRace(t)
 			// Two acquires fill the batcher's slots; the waiter's first check
 			// queues behind them.
-			var wg sync.WaitGroup
-			for _, key := range []string{"blocker1", "blocker2"} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if l, err := c.TryLock(ctx, key); err == nil {
-						_ = l.Unlock(ctx)
-					}
-				}()
-			}
-			waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+			wg := h.fillSlots(t, c)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			got := lockThenUnlock(wctx, c, "victim")
 			waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
-			openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
+			h.openSlots() // a slot frees and sends the queued check
 			<-h.piped
 
 			cancel() // the waiter gives up while its check is on its way
@@ -445,7 +470,7 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 			if slow {
 				time.Sleep(releaseTimeout + 500*time.Millisecond) // time is the subject
 			}
-			openPipe.Do(func() { close(h.proceed) })
+			h.openPipe()
 			if err := <-got; !errors.Is(err, context.Canceled) {
 				t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
 			}
@@ -467,25 +492,10 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 // the waiter waits, which its caller stops waiting for at ctx's end
 // (batcher.runWaiting): the leaving still goes after it.
 func TestAbandonedBatchedRecheckTakesNothing(t *testing.T) {
-	srv := redistest.Start(t)
 	ctx := context.Background()
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { probe.Close() })
-	c0 := newClientOn(t, probe)
-	k := c0.keys("victim")
-	h := &batchRace{
-		blocker: c0.keys("blocker").lock, victim: k.lock,
-		slots: make(chan struct{}), proceed: make(chan struct{}),
-		piped: make(chan struct{}), released: make(chan struct{}),
-	}
-	h.blocker = strings.TrimSuffix(h.blocker, "}") // both blocker keys
 	// Checks again every 100 ms.
-	c, _ := hookedClient(t, srv.Addr(), h, WithQueueTTL(300*time.Millisecond))
-	var openSlots, openPipe sync.Once
-	t.Cleanup(func() {
-		openSlots.Do(func() { close(h.slots) })
-		openPipe.Do(func() { close(h.proceed) })
-	})
+	probe, c0, c, h := startBatchRace(t, WithQueueTTL(300*time.Millisecond))
+	k := c0.keys("victim")
 	held := mustLock(t, c0, "victim")
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -494,22 +504,12 @@ func TestAbandonedBatchedRecheckTakesNothing(t *testing.T) {
 
 	// Two acquires fill the batcher's slots; the waiter's next check
 	// queues behind them.
-	var wg sync.WaitGroup
-	for _, key := range []string{"blocker1", "blocker2"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l, err := c.TryLock(ctx, key); err == nil {
-				_ = l.Unlock(ctx)
-			}
-		}()
-	}
-	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { return h.held.Load() == 2 })
+	wg := h.fillSlots(t, c)
 	waitUntil(t, 5*time.Second, "the waiter's check to queue", func() bool { _, q := inflight(c); return q == 1 })
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	openSlots.Do(func() { close(h.slots) }) // a slot frees and sends the queued check
+	h.openSlots() // a slot frees and sends the queued check
 	<-h.piped
 
 	cancel() // the waiter gives up while its check is on its way
@@ -521,7 +521,7 @@ func TestAbandonedBatchedRecheckTakesNothing(t *testing.T) {
 			return parkedIn("dlock.(*attempt).leave(")
 		}
 	})
-	openPipe.Do(func() { close(h.proceed) })
+	h.openPipe()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
 	}
