@@ -377,6 +377,21 @@ func (h *batchRace) fillSlots(t *testing.T, c *Client) (wg *sync.WaitGroup) {
 	return wg
 }
 
+// waitLeaving returns once the waiter whose check is held back has left
+// (its release ran: it went first) or waits for the check's outcome
+// before it leaves.
+func (h *batchRace) waitLeaving(t *testing.T) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
+		select {
+		case <-h.released:
+			return true
+		default:
+			return parkedIn("dlock.(*attempt).leave(") // not in the release it sends
+		}
+	})
+}
+
 // openSlots lets the blockers' acquires through.
 func (h *batchRace) openSlots() { h.slotsOnce.Do(func() { close(h.slots) }) }
 
@@ -459,14 +474,7 @@ func TestAbandonedBatchedCheckTakesNothing(t *testing.T) {
 			cancel() // the waiter gives up while its check is on its way
 			// Let the check through once the waiter's release has run (it went
 			// first), or once the waiter waits for the check's outcome before it.
-			waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
-				select {
-				case <-h.released:
-					return true
-				default:
-					return parkedIn("dlock.(*attempt).leave(") // not in the release it sends
-				}
-			})
+			h.waitLeaving(t)
 			if slow {
 				time.Sleep(releaseTimeout + 500*time.Millisecond) // time is the subject
 			}
@@ -513,14 +521,7 @@ func TestAbandonedBatchedRecheckTakesNothing(t *testing.T) {
 	<-h.piped
 
 	cancel() // the waiter gives up while its check is on its way
-	waitUntil(t, 10*time.Second, "the waiter to leave or to wait for its check", func() bool {
-		select {
-		case <-h.released:
-			return true
-		default:
-			return parkedIn("dlock.(*attempt).leave(")
-		}
-	})
+	h.waitLeaving(t)
 	h.openPipe()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock with its context cancelled = %v, want context.Canceled", err)
