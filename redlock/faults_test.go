@@ -1141,12 +1141,7 @@ func TestCloseEndsLocksBeforeWaitingForAHungNode(t *testing.T) {
 	// Granted by nodes 0 and 1; its request to node 2 waits out the
 	// per-node timeout, and Close waits for it.
 	mustLock(t, c, "other")
-	closed := make(chan struct{})
-	start := time.Now()
-	go func() {
-		c.Close()
-		close(closed)
-	}()
+	start, closed := closeInBackground(c)
 	select {
 	case <-held.Done():
 	case <-closed:
@@ -1181,12 +1176,7 @@ func TestCloseBoundedWhenNodeRequestsNeverEnd(t *testing.T) {
 	cl.srvs[2].Pause(t)
 	// Granted by nodes 0 and 1; its request to node 2 never returns.
 	mustLock(t, c, "job")
-	closed := make(chan struct{})
-	start := time.Now()
-	go func() {
-		c.Close()
-		close(closed)
-	}()
+	start, closed := closeInBackground(c)
 	select {
 	case <-closed:
 	case <-time.After(8 * time.Second):
@@ -1196,4 +1186,15 @@ func TestCloseBoundedWhenNodeRequestsNeverEnd(t *testing.T) {
 	if d := time.Since(start); d > 6*time.Second {
 		t.Errorf("Close took %v, want 5 s at most", d.Round(time.Millisecond))
 	}
+}
+
+// closeInBackground begins c.Close, and returns when it began and a
+// channel closed once it returned.
+func closeInBackground(c *dlock.Client) (time.Time, <-chan struct{}) {
+	start, closed := time.Now(), make(chan struct{})
+	go func() {
+		defer close(closed)
+		c.Close()
+	}()
+	return start, closed
 }
