@@ -891,26 +891,16 @@ func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 // hangs returns about endedUnlockWait later too, as does an Unlock of
 // permits whose ctx has ended, and Close waits for the leaving.
 func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
-	type take func(ctx context.Context, opts ...LockOption) (*Lock, error)
-	permits := func(n int64) func(*Client, string) take {
-		return func(c *Client, name string) take {
-			return func(ctx context.Context, opts ...LockOption) (*Lock, error) {
-				return c.Semaphore(name, 2).Acquire(ctx, n, opts...)
-			}
-		}
-	}
-	read := func(c *Client, name string) take { return c.RWMutex(name).RLock }
-	write := func(c *Client, name string) take { return c.RWMutex(name).Lock }
 	sem := func(c *Client) *Semaphore { return c.Semaphore("hung", 2) }
 	rw := func(c *Client) *Semaphore { return c.RWMutex("hung").sem() }
 	for _, tc := range []struct {
 		name       string
-		hold, wait func(c *Client, name string) take
+		hold, wait func(c *Client, name string) taker
 		queue      func(c *Client) *Semaphore // whose queue the waiter joins
 	}{
-		{"SemaphoreAcquire", permits(2), permits(1), sem},
-		{"RWMutexRLock", write, read, rw},
-		{"RWMutexLock", read, write, rw},
+		{"SemaphoreAcquire", takePermits(2), takePermits(1), sem},
+		{"RWMutexRLock", takeWrite, takeRead, rw},
+		{"RWMutexLock", takeRead, takeWrite, rw},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -976,28 +966,15 @@ func TestPermitsWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 // leaving, which goes after the request: nothing is left queued, nor held
 // (a lock handed over meanwhile is given back).
 func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
-	type take func(ctx context.Context, opts ...LockOption) (*Lock, error)
-	lock := func(c *Client, name string) take {
-		return func(ctx context.Context, opts ...LockOption) (*Lock, error) { return c.Lock(ctx, name, opts...) }
-	}
-	permits := func(n int64) func(*Client, string) take {
-		return func(c *Client, name string) take {
-			return func(ctx context.Context, opts ...LockOption) (*Lock, error) {
-				return c.Semaphore(name, 2).Acquire(ctx, n, opts...)
-			}
-		}
-	}
-	read := func(c *Client, name string) take { return c.RWMutex(name).RLock }
-	write := func(c *Client, name string) take { return c.RWMutex(name).Lock }
 	for _, tc := range []struct {
 		name       string
-		hold, wait func(c *Client, name string) take
+		hold, wait func(c *Client, name string) taker
 		queue      func(c *Client) *lockKeys
 	}{
-		{"Lock", lock, lock, func(c *Client) *lockKeys { return c.keys("hung") }},
-		{"SemaphoreAcquire", permits(2), permits(1), func(c *Client) *lockKeys { return semKeys(c.Semaphore("hung", 2)) }},
-		{"RWMutexRLock", write, read, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
-		{"RWMutexLock", read, write, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+		{"Lock", takeLock, takeLock, func(c *Client) *lockKeys { return c.keys("hung") }},
+		{"SemaphoreAcquire", takePermits(2), takePermits(1), func(c *Client) *lockKeys { return semKeys(c.Semaphore("hung", 2)) }},
+		{"RWMutexRLock", takeWrite, takeRead, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
+		{"RWMutexLock", takeRead, takeWrite, func(c *Client) *lockKeys { return semKeys(c.RWMutex("hung").sem()) }},
 	} {
 		for _, at := range []string{"check", "subscription", "acked check", "acked hand-over"} {
 			t.Run(tc.name+"/"+at, func(t *testing.T) {
@@ -1278,3 +1255,23 @@ func cutClient(t *testing.T, addr string) (*tcpproxy.Proxy, *redis.Client) {
 	t.Cleanup(func() { cut.Close() })
 	return proxy, cut
 }
+
+// A taker takes a lock or permits of a name on a Client, as one of
+// takeLock, takePermits(n) (of a Semaphore of 2), takeRead or takeWrite
+// (of an RWMutex) makes it.
+type taker func(ctx context.Context, opts ...LockOption) (*Lock, error)
+
+func takeLock(c *Client, name string) taker {
+	return func(ctx context.Context, opts ...LockOption) (*Lock, error) { return c.Lock(ctx, name, opts...) }
+}
+
+func takePermits(n int64) func(*Client, string) taker {
+	return func(c *Client, name string) taker {
+		return func(ctx context.Context, opts ...LockOption) (*Lock, error) {
+			return c.Semaphore(name, 2).Acquire(ctx, n, opts...)
+		}
+	}
+}
+
+func takeRead(c *Client, name string) taker  { return c.RWMutex(name).RLock }
+func takeWrite(c *Client, name string) taker { return c.RWMutex(name).Lock }
