@@ -376,11 +376,16 @@ func parseAcquire(v []any) (acquireReply, error) {
 		if i >= len(v) {
 			return 0, fmt.Errorf("redlock: short reply from acquire.lua: %v", v)
 		}
-		n, ok := v[i].(int64)
-		if !ok {
-			return 0, fmt.Errorf("redlock: unexpected reply from acquire.lua: %v", v)
+		switch n := v[i].(type) {
+		case int64:
+			return n, nil
+		case string:
+			// A fence counter of 2^53 or more, exact as a decimal string.
+			if c, err := strconv.ParseInt(n, 10, 64); err == nil {
+				return c, nil
+			}
 		}
-		return n, nil
+		return 0, fmt.Errorf("redlock: unexpected reply from acquire.lua: %v", v)
 	}
 	status, err := num(0)
 	if err != nil {

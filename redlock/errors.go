@@ -19,7 +19,8 @@ var (
 	// (NOPERM, WRONGTYPE) that no majority is left. dlock's degraded mode
 	// (LocalFallback) takes it for Redis unreachable only if no node said
 	// the lock is held elsewhere and every node's error is one of a node
-	// down, hung or unable to serve for now (not NOPERM, say).
+	// down, hung or unable to serve for now (not NOPERM, say, nor a request
+	// that panicked in a go-redis hook).
 	ErrNoQuorum = errors.New("redlock: no majority of nodes answered")
 	// ErrNodeTimeout is the error of a node that did not answer within the
 	// per-node timeout, in an *Error's Nodes. It is a net.Error whose
@@ -47,7 +48,9 @@ type Error struct {
 	// The votes. Granted: nodes where the caller's token holds the lock
 	// (for Lock: nodes that granted it). Refused: nodes where it does not
 	// (for Lock: another owner holds it there). Unreachable: nodes that
-	// returned an error or did not answer within the per-node timeout.
+	// returned an error or did not answer within the per-node timeout, and
+	// those whose request panicked (a go-redis hook's bug, logged; the
+	// node's error names the panic).
 	Granted, Refused, Unreachable int
 	// Nodes has one entry per node, in the order given to New: nil where
 	// the node answered, else a *NodeError.

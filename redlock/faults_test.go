@@ -205,6 +205,53 @@ func TestFenceCarriedByTheNodeMajoritiesShare(t *testing.T) {
 	_ = b.Unlock(ctx)
 }
 
+// lua/acquire.lua, lua/fence.lua: a fence counter past 2^53, where a Lua
+// number (a double) no longer holds every integer, is read, returned and
+// compared exactly: the next fence is the counter + 1, stored, and the one
+// after it one more. Read as a double, the counter came back rounded down,
+// the fence computed from it was no larger than the counter, the nodes
+// refused to store it, and the lock could never be taken again. A counter
+// with no int64 after it is not a fence counter: WRONGTYPE, at once.
+func TestFencePastTwoToThe53IsExact(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	const counter = uint64(1)<<53 + 1
+	for _, rdb := range cl.rdbs {
+		rdb.Set(ctx, lockKey("k")+":fence", strconv.FormatUint(counter, 10), 0)
+	}
+	for want := counter + 1; want <= counter+2; want++ {
+		l, err := c.TryLock(ctx, "k")
+		if err != nil {
+			t.Fatalf("TryLock with fence counters at %d = %v", want-1, err)
+		}
+		if l.Fence() != want {
+			t.Errorf("fence %d, want %d", l.Fence(), want)
+		}
+		// Lock returns once a majority stored the fence.
+		var stored []string
+		n := 0
+		for _, rdb := range cl.rdbs {
+			v := rdb.Get(ctx, lockKey("k")+":fence").Val()
+			stored = append(stored, v)
+			if v == strconv.FormatUint(want, 10) {
+				n++
+			}
+		}
+		if n < 2 {
+			t.Errorf("fence counters %v, want %d on a majority", stored, want)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, rdb := range cl.rdbs {
+		rdb.Set(ctx, lockKey("k")+":fence", "9223372036854775807", 0)
+	}
+	tryAndLockAreWrongType(t, c, "k", "with fence counters at 2^63 - 1")
+}
+
 // TestRestartedEmptyNodeAndFencing is the known Redlock hole: a node that
 // restarts empty while a lock is held lets a second client take a majority
 // while the first still believes it holds the lock. Fencing keeps the

@@ -17,7 +17,10 @@
 // answered within a short per-node timeout counts as failed (the attempt
 // does not wait for it); the lock is taken when a majority (N/2+1) granted
 // it and the validity, lease - elapsed - drift with drift = lease/100 +
-// 2 ms, measured from before the first request, is still positive. A failed
+// 2 ms, measured from before the first request, is still positive, however
+// little of it is left (as redsync does): a grant that took most of the
+// lease is returned held, and its Context ends with dlock.ErrLockLost when
+// the validity does unless a renewal succeeded first. A failed
 // attempt releases the lock on every node that may have granted it and is
 // retried after a random delay. The holder trusts the lock until that
 // validity ends; each renewal needs a majority too, and is trusted from
@@ -29,13 +32,14 @@
 //
 // Every grant carries a fencing token that increases across holders while
 // any minority of the nodes is down: each node keeps a counter; an
-// acquisition reads the counters of the nodes that granted it, takes their
-// maximum plus one (and at least the largest server clock in microseconds
-// among them), and writes it back to those nodes while it holds them; it
-// succeeds only when a majority stored it. Any two majorities share a node,
-// and that node granted the later holder only after the earlier one's hold
-// there ended, after its fence was stored. docs/safety.md gives the
-// argument and its limits (nodes that restart empty).
+// acquisition reads the counters of the nodes that granted it (exactly,
+// past 2^53 too), takes their maximum plus one (and at least the largest
+// server clock in microseconds among them), and writes it back to those
+// nodes while it holds them; it succeeds only when a majority stored it.
+// Any two majorities share a node, and that node granted the later holder
+// only after the earlier one's hold there ended, after its fence was stored.
+// docs/safety.md gives the argument and its limits (nodes that restart
+// empty).
 //
 // # Waiting
 //
@@ -44,7 +48,12 @@
 // and waiters retry then, or when the holder's lease would run out, so they
 // do not poll. There is no queue: Redlock is not fair, and a release wakes
 // every waiter of the key (each retries after a small random delay, and one
-// of them takes the lock).
+// of them takes the lock). Only a waiter that other owners refused on a
+// majority is woken so: one that could not reach a majority retries after
+// Config.RetryDelay's growing delay. A node's connection that breaks is
+// dialed again after a backoff (or by the next new subscription); a hung
+// dial holds back that node's subscriptions only, and a majority of nodes
+// suffices to wake the waiters.
 //
 // # Unlock
 //
@@ -133,7 +142,10 @@ type Config struct {
 	// between contenders), or that could not reach a majority. The bound
 	// doubles with each such attempt in a row, up to 16 x RetryDelay.
 	// Default DefaultRetryDelay. Waiters woken by a release retry after a
-	// random delay of up to RetryDelay/10.
+	// random delay of up to RetryDelay/10. Only waiters that other owners
+	// refused on a majority are woken by a release: one that could not
+	// reach a majority (its connections to some nodes cut) waits this
+	// delay, or until the holds it was refused for would run out.
 	RetryDelay time.Duration
 }
 

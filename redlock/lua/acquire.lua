@@ -5,19 +5,29 @@
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] holder metadata (JSON)
 -- Returns {1, counter, now_us} when granted (counter is this node's fence
 -- counter, now_us its clock in microseconds), or {0, pttl, owner} when
--- another token holds the lock here.
+-- another token holds the lock here. A counter of 2^53 or more, past the
+-- integers a Lua number (a double) holds exactly, is returned as its
+-- decimal string, which the client reads exactly.
 -- Reads come first: a key of the wrong type or a corrupt counter fails the
 -- script before anything is written. A hash without ':at' is not a lock
 -- either (other data at its name; every grant writes ':at' with the token,
 -- while ':fence' only comes with fence.lua): it is WRONGTYPE, not a holder
 -- to wait for.
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local raw = redis.call('GET', KEYS[2]) or '0'
+local counter = tonumber(raw)
 -- tonumber reads "inf" and "nan" too: no counter either.
 if counter and (counter ~= counter or counter == math.huge or counter == -math.huge) then counter = nil end
 if not counter then
   -- A value that is not a counter (other data at its name): WRONGTYPE, as
   -- a key of another type is, so that Lock does not wait for it to change.
   return redis.error_reply('WRONGTYPE the fence counter ' .. KEYS[2] .. ' is not a number')
+end
+if counter >= 2^53 then
+  -- Exact only as a decimal integer, and one more must still be an int64.
+  if not string.match(raw, '^[1-9]%d*$') or #raw > 19 or (#raw == 19 and raw >= '9223372036854775807') then
+    return redis.error_reply('WRONGTYPE the fence counter ' .. KEYS[2] .. ' is not a fence below 2^63 - 1')
+  end
+  counter = raw
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
