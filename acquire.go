@@ -196,18 +196,23 @@ func (c *Client) beAcquire(ctx context.Context, req backend.Request) (backend.Gr
 // handOut reports a grant to the Observer and returns its Lock. If the
 // Observer panics, the lock is released on the panic's way out (waited for
 // up to endedUnlockWait, then in the background): no caller gets it to
-// unlock, and the watchdog would keep it held until Close.
+// unlock, and the watchdog would keep it held until Close (or, once Close
+// has ended it, Redis for its whole lease).
 func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.Request, h *hold) *Lock {
 	l := &Lock{c: c, h: h, level: 1, ctx: h.ctx, cancel: h.cancel}
-	handed := false
+	handed, reported := false, false
 	defer func() {
 		if !handed {
 			// Its AcquireEnd ran, panicking: a loss held back for it is
 			// reported now, and a later one as any other, or the
 			// Observer counts the lock held for good. A panic in Lost is
-			// logged: the caller gets AcquireEnd's.
-			if cause := c.dog.handedOut(h); cause != nil {
-				c.noPanic("Observer", func() { c.observeLost(h, cause) })
+			// logged: the caller gets AcquireEnd's. If AcquireEnd
+			// returned, the panic is that of the Lost of such a loss,
+			// reported already.
+			if !reported {
+				if cause := c.dog.handedOut(h); cause != nil {
+					c.noPanic("Observer", func() { c.observeLost(h, cause) })
+				}
 			}
 			// Waited for as a grant that was not handed out is (acquire);
 			// counted for Close unless it has closed (Unlock still
@@ -220,28 +225,42 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 			backend.Detach(ops, endedUnlockWait, func() {
 				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer cancel()
+				unlocked := false
 				defer func() {
 					// Unlock panicked before its release (the Observer's
 					// ReleaseStart), leaving the hold as it was: release
 					// it all the same, or the watchdog keeps it until Close.
 					// No ReleaseEnd ended the hold: it is reported as a
 					// failed release's, or the Observer counts it held.
-					if c.dog.remove(h) {
+					switch {
+					case c.dog.remove(h):
 						_, _ = c.release(uctx, h, 1)
 						cause := fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, errReleasePanicked)
 						h.cancel(cause)
 						c.observeLost(h, cause)
+					case !unlocked:
+						// Ended and reported already (Close, a loss): the
+						// key may still be in Redis, for an Unlock nobody
+						// can call. If Unlock panicked after its release,
+						// this one finds the token gone and changes
+						// nothing; it records no hold time either.
+						_, _ = c.beFor(h).Release(uctx, h.lease, 1)
 					}
 				}()
 				_ = l.Unlock(uctx)
+				unlocked = true
 			}, c.log, "dlock: panic while releasing a lock not handed out", "key", req.Key, "kind", h.kind)
 		}
 	}()
 	c.acquireEnd(actx, x, req, h, nil)
-	handed = true
+	reported = true
 	if cause := c.dog.handedOut(h); cause != nil {
-		c.observeLost(h, cause) // lost (or closed) while AcquireEnd was under way
+		// Lost (or closed) while AcquireEnd was under way. If Lost
+		// panics, the caller gets no Lock either: released as above
+		// (Close leaves the key in Redis for the Unlock it would have).
+		c.observeLost(h, cause)
 	}
+	handed = true
 	return l
 }
 

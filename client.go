@@ -100,10 +100,12 @@ func newClient(newBackend func(backend.Settings) (backend.Backend, error), opts 
 // lease, and their Contexts are cancelled with ErrLockLost at once, since
 // nothing renews them any more; a lock whose outermost Unlock is under way
 // is left to that Unlock (and lost at its lease's deadline if that Unlock
-// has not ended by then, which may be after Close returned). Lock calls
-// under way give up with
-// ErrClosed, and Close waits for them to leave the queue or release what
-// they got (and for the leaving of those that returned before it ended,
+// has not ended by then, which may be after Close returned); an Unlock
+// still in its Observer's ReleaseStart is not under way yet: its lock ends
+// as the others do (ErrLockLost), and that Unlock then releases it and
+// returns nil, as an Unlock after Close does. Lock calls under way give up
+// with ErrClosed, and Close waits for them to leave the queue or release
+// what they got (and for the leaving of those that returned before it ended,
 // see Lock), and for the renewals under way (5 s at most in all, if Redis
 // does not answer). Calls of the Client's methods after Close return
 // ErrClosed; Unlock still releases a lock that Close left held. Close of

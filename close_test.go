@@ -570,6 +570,48 @@ func TestCloseDuringGrant(t *testing.T) {
 	o.check(t, "k", "acquired k", "lost k")
 }
 
+// Close while the Observer hears of a grant, then a panic in the Observer
+// (in the Lost that the Lock call reports; or in AcquireEnd, and in the
+// ReleaseStart of the release that follows): the caller gets the panic,
+// not the Lock, so the Client must release the lock (Observer's godoc);
+// else the key stays in Redis for its whole lease, keeping others out.
+func TestCloseDuringGrantObserverPanicDoesNotKeepTheLock(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		panic Observer // called after the pausing one
+	}{
+		{"Lost", panicOnEvents{}},
+		{"AcquireEnd and ReleaseStart", &panicOnGrantAndRelease{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &holdLog{pauseAcquired: true, paused: make(chan struct{}), resume: make(chan struct{})}
+			if p, ok := tc.panic.(*panicOnGrantAndRelease); ok {
+				p.armed.Store(true)
+			}
+			c, rdb, _ := newTestClient(t, WithObserver(Observers(o, tc.panic)))
+			done := make(chan struct{})
+			panicked := false
+			go func() {
+				defer close(done)
+				defer func() { panicked = recover() != nil }()
+				_, _ = c.Lock(context.Background(), "k", WithTTL(time.Minute))
+			}()
+			<-o.paused // granted, AcquireEnd under way
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			close(o.resume)
+			testutil.Receive(t, done, 5*time.Second, "Lock")
+			if !panicked {
+				t.Fatal("Lock did not panic")
+			}
+			if n, err := rdb.Exists(context.Background(), c.keys("k").lock).Result(); err != nil || n != 0 {
+				t.Errorf("lock key after the Lock call panicked: exists = %d, %v; want released, as nobody got the Lock to unlock", n, err)
+			}
+		})
+	}
+}
+
 // Close while a Lock's grant is on its way back from Redis: the Lock gives
 // up with ErrClosed and releases what it got before Close returns, and the
 // Observer hears of no hold.

@@ -19,11 +19,12 @@ import (
 // a timer for a lock whose Unlock Close left under way and whose lease
 // then ran out), concurrently for different locks, so they must be safe for
 // concurrent use and quick: record the figure and return. They may call
-// the Client's Close. A panic in AcquireEnd releases the lock it reports,
-// which the caller then never gets. A panic in a call from the watchdog or
-// a timer, which has no caller to go to, is logged (WithLogger) and
-// dropped: the watchdog goes on, and the Observer may miss the other Renew
-// events of that round (each Lost is still reported, and a lost lock's
+// the Client's Close. A panic in AcquireEnd, or in the Lost that a Lock
+// call reports after it, releases the lock it reports, which the caller
+// then never gets. A panic in a call from the watchdog or a timer, which
+// has no caller to go to, is logged (WithLogger) and dropped: the
+// watchdog goes on, and the Observer may miss the other Renew events of
+// that round (each Lost is still reported, and a lost lock's
 // Context still ends). Embed NopObserver to implement only some methods
 // and to keep compiling when methods are added.
 //

@@ -23,7 +23,10 @@ const plainProbeDelay = time.Second
 // only wait out its limit. A TLS server never answers the probe, however
 // slow its handshake. The function it returns, called once the ping
 // failed, gives that server's address ("" if none), and whether it looked
-// (it waits for a look under way).
+// (it waits for a look under way). After a ping that was answered it need
+// not be called: the timer then finds ctx ended (connect cancels it on
+// return) and does nothing, or ends a look begun as the answer came
+// within plainProbeTimeout per address.
 func (f *connFlags) watchPlainText(ctx context.Context, cancel context.CancelFunc) func() (addr string, looked bool) {
 	var found string
 	var looked bool
