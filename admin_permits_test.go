@@ -3,11 +3,13 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Inspect shows each live holder with its permits, fence and metadata,
@@ -81,6 +83,41 @@ func TestSemaphoreInspect(t *testing.T) {
 	info, err = s.Inspect(ctx)
 	if err != nil || len(info.Holders) != 0 || info.InUse != 0 || info.Capacity != 5 || info.Holders == nil {
 		t.Errorf("Inspect of a free semaphore = %+v, %v", info, err)
+	}
+}
+
+// A holder whose permits were taken away, not renewed, learns of it at its
+// next call: Extend and TTL fail with ErrLockLost, Unlock with ErrNotHeld
+// and ErrLockLost, and its Context ends with ErrLockLost.
+func TestSemaphorePermitsTakenAwayAreLostAtTheNextCall(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 2)
+	for name, call := range map[string]func(*Lock) error{
+		"Extend": func(l *Lock) error { return l.Extend(ctx, 10*time.Second) },
+		"TTL":    func(l *Lock) error { _, err := l.TTL(ctx); return err },
+		"Unlock": func(l *Lock) error {
+			err := l.Unlock(ctx)
+			if !errors.Is(err, ErrNotHeld) {
+				return fmt.Errorf("%w, want ErrNotHeld too", err)
+			}
+			return err
+		},
+	} {
+		l, err := s.Acquire(ctx, 1, WithoutRenewal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ForceRelease(ctx, l.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if err := call(l); !errors.Is(err, ErrLockLost) {
+			t.Errorf("%s of permits taken away = %v, want ErrLockLost", name, err)
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("after %s, the Context's cause = %v, want ErrLockLost", name, cause)
+		}
+		_ = l.Unlock(ctx)
 	}
 }
 

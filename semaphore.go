@@ -35,10 +35,14 @@ const MaxPermits = 1 << 40
 // Every Client using a semaphore's name must give it the same capacity:
 // while any permits are held, Acquire and TryAcquire with another capacity
 // fail with an error wrapping ErrInvalidOption (once nobody holds any, the
-// next grant's capacity is the semaphore's). They also fail so with
-// WithAdaptiveTTL, and on Redlock (package redlock), where the error wraps
-// errors.ErrUnsupported too. WithReplicaAck applies to
-// permits as to a lock.
+// next grant's capacity is the semaphore's). A waiter of another capacity
+// first in line holds back the waiters behind it until its next check
+// (within a third of its queue TTL), which refuses it while permits are
+// held; a release, or a waiter leaving, that leaves no holder grants it at
+// once, under its own capacity. Acquire and TryAcquire also fail with
+// ErrInvalidOption with WithAdaptiveTTL, and on Redlock (package redlock),
+// where the error wraps errors.ErrUnsupported too. WithReplicaAck applies
+// to permits as to a lock.
 //
 // Permits are not reentrant: a holder that acquires more while it holds
 // some waits like anyone else, and a Lock's Context does not re-enter

@@ -552,6 +552,76 @@ func TestRWMutexNoUpgradeOrDowngrade(t *testing.T) {
 	}
 }
 
+// A reader that stops renewing (its Client closed, as one that died) while
+// a writer waits: the writer is let in when the reader's lease runs out, at
+// the time its last check read (noPolling: no message comes), although
+// renewals lengthened that lease since the writer queued.
+func TestRWMutexWriterInWhenReaderLeaseRunsOut(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	readerC := newClientOn(t, srv.Client(t), noPolling)
+	const lease = 600 * time.Millisecond
+	granted := time.Now()
+	r, err := readerC.RWMutex("doc").RLock(ctx, WithTTL(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.RWMutex("doc")
+	writer := inBackground(func() (*Lock, error) { return m.Lock(ctx) })
+	waitSemQueued(t, rdb, &m.s, 1)
+	// Time is the subject: past the first lease, only renewals keep it.
+	time.Sleep(time.Until(granted.Add(2 * lease)))
+	notYet(t, writer, "the writer, with a renewed reader in")
+	closed := time.Now()
+	readerC.Close()
+	w := received(t, writer, "the writer, once the reader's lease ran out")
+	if d := time.Since(closed); d > lease+time.Second {
+		t.Fatalf("the writer got in %v after the reader stopped renewing a lease of %v", d, lease)
+	}
+	if cause := context.Cause(r.Context()); !errors.Is(cause, ErrClosed) {
+		t.Fatalf("the reader's Context: %v", cause)
+	}
+	_ = w.Unlock(ctx)
+}
+
+// A read lock is not reentrant: a reader taking it again gets a second one
+// while no writer waits, and waits behind a waiting writer, which waits
+// for the first: it deadlocks until its ctx ends, as with sync.RWMutex,
+// and leaves nothing queued.
+func TestRWMutexReadAgainBehindWriterWaits(t *testing.T) {
+	c, rdb, srv := newTestClient(t, noPolling)
+	ctx := context.Background()
+	m := c.RWMutex("doc")
+	r1, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m.RLock(r1.Context())
+	if err != nil {
+		t.Fatalf("a second read lock with no writer waiting: %v", err)
+	}
+	if r2.Token() == r1.Token() {
+		t.Fatal("the second read lock re-entered the first")
+	}
+	_ = r2.Unlock(ctx)
+	other := newClientOn(t, srv.Client(t), noPolling).RWMutex("doc")
+	wctx, cancelWriter := context.WithCancel(ctx)
+	defer cancelWriter()
+	writer := inBackground(func() (*Lock, error) { return other.Lock(wctx) })
+	waitSemQueued(t, rdb, &other.s, 1)
+	rctx, cancel := context.WithTimeout(r1.Context(), 100*time.Millisecond)
+	_, err = m.RLock(rctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reading again behind a waiting writer: %v, want the wait to end with its ctx", err)
+	}
+	waitSemQueued(t, rdb, &m.s, 1) // the writer alone
+	notYet(t, writer, "the writer, with the reader in")
+	_ = r1.Unlock(ctx)
+	w := received(t, writer, "the writer")
+	_ = w.Unlock(ctx)
+}
+
 // As TestWaiterFailingOnWrongTypeLeavesTheQueue, for permits: a waiter
 // whose check finds a string at the holders' name fails, and must leave
 // no queue entry behind, which would be handed permits held by nobody once
@@ -750,62 +820,120 @@ func TestSemaphoreCapacityMismatchRefused(t *testing.T) {
 	}
 }
 
-// A waiter of another capacity can only queue while no permits are held,
-// behind a waiter that then takes some. Refused at its next check, or
-// giving up, it leaves: the waiters it held back, of the holders'
-// capacity, are served then (noPolling), as when any waiter leaves.
-func TestSemaphoreWaiterOfOtherCapacityLeavingLetsOthersIn(t *testing.T) {
+// otherCapacityQueue is a semaphore of capacity 2 (small) with nobody
+// holding permits and two waiters: first, of capacity 2 in another process,
+// which check checks in by hand (the script's reply), and behind it one of
+// capacity 5 (big, of a Client of its own), in the background as other. A
+// waiter of another capacity can only queue so: while no permits are held,
+// behind a waiter that does not take them at once.
+type otherCapacityQueue struct {
+	rdb    *redis.Client
+	small  *Semaphore
+	k      *lockKeys
+	other  <-chan lockResult
+	cancel context.CancelFunc // ends big's wait
+}
+
+// otherCapacityFirst is first's token.
+const otherCapacityFirst = "0123456789abcdef0123456789abcdef"
+
+func newOtherCapacityQueue(t *testing.T) *otherCapacityQueue {
+	t.Helper()
 	c, rdb, srv := newTestClient(t, noPolling)
 	ctx := context.Background()
-	small := c.Semaphore("pool", 2)
+	q := &otherCapacityQueue{rdb: rdb, small: c.Semaphore("pool", 2)}
 	bigC := newClientOn(t, srv.Client(t), noPolling)
 	big := bigC.Semaphore("pool", 5)
-	k := semKeys(small)
+	q.k = semKeys(q.small)
 	// Subscribed already: the first waiter of a new subscription checks
 	// again once it takes effect, and capacity 5's, meeting the permit
-	// granted below, would leave before the test has it in the way.
+	// granted by first's check, would leave before the test has it in the
+	// way (or be granted before first leaves).
 	lingerOn(t, bigC.be.(*node).wake, semKeys(big).channel+":"+bigC.be.(*node).id)
-	dead, err := small.Acquire(ctx, 2, WithTTL(200*time.Millisecond), WithoutRenewal())
+	dead, err := q.small.Acquire(ctx, 2, WithTTL(200*time.Millisecond), WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A waiter of capacity 2 in another process, checking by hand.
-	const first = "0123456789abcdef0123456789abcdef"
-	check := func() []int64 {
-		t.Helper()
-		res, err := permitsAcquireScript.Run(ctx, rdb, k.all(), first, 60000, "m", "1", 60000, 60000, "cl", 1, 2).Int64Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	if res := check(); res[0] != 0 {
+	if res := q.check(t); res[0] != 0 {
 		t.Fatalf("the first waiter's check with every permit held: %v", res)
 	}
 	waitUntil(t, 5*time.Second, "the holder's lease to run out", func() bool {
-		v, err := permitsTTLScript.Run(ctx, rdb, []string{k.lock}, dead.Token()).Int64()
+		v, err := permitsTTLScript.Run(ctx, rdb, []string{q.k.lock}, dead.Token()).Int64()
 		return err == nil && v == -3
 	})
 	// Nobody holds permits: capacity 5 queues, behind the first waiter.
 	bctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	other := acquireAsync(bctx, big, 1)
+	t.Cleanup(cancel)
+	q.cancel = cancel
+	q.other = acquireAsync(bctx, big, 1)
 	waitSemQueued(t, rdb, big, 2)
-	if res := check(); res[0] != 1 {
+	return q
+}
+
+// check is a check of first's, for 1 permit: the script's reply.
+func (q *otherCapacityQueue) check(t *testing.T) []int64 {
+	t.Helper()
+	res, err := permitsAcquireScript.Run(context.Background(), q.rdb, q.k.all(), otherCapacityFirst, 60000, "m", "1", 60000, 60000, "cl", 1, 2).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// release is first's Unlock, or its leaving the queue.
+func (q *otherCapacityQueue) release(t *testing.T) {
+	t.Helper()
+	if err := permitsReleaseScript.Run(context.Background(), q.rdb, q.k.all(), otherCapacityFirst, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Refused at its next check, or giving up, a waiter of another capacity
+// leaves: the waiters it held back, of the holders' capacity, are served
+// then (noPolling), as when any waiter leaves.
+func TestSemaphoreWaiterOfOtherCapacityLeavingLetsOthersIn(t *testing.T) {
+	q := newOtherCapacityQueue(t)
+	ctx := context.Background()
+	if res := q.check(t); res[0] != 1 {
 		t.Fatalf("the first waiter's check with no permit held: %v", res)
 	}
 	// One permit is free, but capacity 5's waiter comes first.
-	next := acquireAsync(ctx, small, 1)
-	waitSemQueued(t, rdb, small, 2)
+	next := acquireAsync(ctx, q.small, 1)
+	waitSemQueued(t, q.rdb, q.small, 2)
 	notYet(t, next, "the waiter behind the one of another capacity")
-	cancel()
-	if r := <-other; r.err == nil {
+	q.cancel()
+	if r := <-q.other; r.err == nil {
 		t.Fatal("capacity 5 was granted a permit while capacity 2's are held")
 	}
 	l := received(t, next, "the waiter behind the one of another capacity that left")
 	_ = l.Unlock(ctx)
-	if err := permitsReleaseScript.Run(ctx, rdb, k.all(), first, 2).Err(); err != nil {
-		t.Fatal(err)
+	q.release(t)
+}
+
+// Once nobody holds permits, the next grant's capacity is the semaphore's:
+// a release or a waiter leaving that leaves no holder serves the first
+// waiter under its own capacity, whatever the caller's (noPolling: at
+// once, not at that waiter's next check).
+func TestSemaphoreWaiterOfOtherCapacityServedOnceNobodyHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		granted bool // first takes its permit, then gives it back
+	}{
+		{"first leaves the queue", false},
+		{"first releases its permit", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newOtherCapacityQueue(t)
+			if tc.granted {
+				if res := q.check(t); res[0] != 1 {
+					t.Fatalf("the first waiter's check with no permit held: %v", res)
+				}
+				notYet(t, q.other, "capacity 5, with capacity 2's permit held")
+			}
+			q.release(t)
+			l := received(t, q.other, "capacity 5's waiter, first in line with nobody holding permits")
+			_ = l.Unlock(context.Background())
+		})
 	}
 }
 

@@ -170,9 +170,13 @@ end
 -- waiter overtakes it: a large request is not starved by small ones),
 -- and at self, which the calling script serves itself, and at a waiter
 -- whose Client gave another capacity (its own check serves it, or fails
--- while holders of this capacity are live). s is settled once a waiter is
--- found. It returns the head it stopped at (nil: the queue is empty).
-local function hand_over_permits(s, capacity, self, now_ms, now_us)
+-- while holders of this capacity are live). With adopt (a caller that
+-- asks nothing for itself: a release), a waiter first in line while
+-- nobody holds permits is served under its own capacity, which is the
+-- semaphore's from then on, rather than at its next check. s is settled
+-- once a waiter is found. It returns the head it stopped at (nil: the
+-- queue is empty).
+local function hand_over_permits(s, capacity, self, now_ms, now_us, adopt)
   while true do
     local head = live_head(now_ms)
     if not head or head == self then return head end
@@ -180,6 +184,7 @@ local function hand_over_permits(s, capacity, self, now_ms, now_us)
     local lease, meta, client = waiter(head, now_ms)
     local permits, cap, rest = string.match(meta, '^(%d+) (%d+) (.*)$')
     permits = tonumber(permits)
+    if adopt and permits and s.used == 0 then capacity = tonumber(cap) end
     if not permits or permits < 1 then
       dequeue(head) -- a corrupt entry: it holds no place
     elseif s.used + permits > capacity or tonumber(cap) ~= capacity then

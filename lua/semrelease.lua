@@ -30,7 +30,8 @@ if h then drop(s, token, h) end
 -- another (an Unlock gives that one). Otherwise the waiters are served
 -- under the capacity every holder left was granted with, if any: a waiter
 -- leaving may give another (refused for it), and under that one the
--- waiters it held back would wait for their next check.
+-- waiters it held back would wait for their next check. Once no holder is
+-- left, the first waiter's own capacity serves (hand_over_permits).
 if h and h.expiry > now_ms then
   capacity = h.capacity
 elseif s.soonest then
@@ -45,7 +46,7 @@ pcall(function()
   -- ran out: read them all now, so that the last live holder leaving
   -- takes the key with it instead of leaving the bookkeeping behind.
   if h and s.soonest and now_ms >= s.soonest then settle(s, now_ms, capacity) end
-  hand_over_permits(s, capacity, nil, now_ms, now_us)
+  hand_over_permits(s, capacity, nil, now_ms, now_us, true)
 end)
 if h and h.expiry > now_ms then return 0 end
 return -1
