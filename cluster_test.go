@@ -1422,11 +1422,13 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 
 // So must the holder's other calls, each of which may be a program's first
 // after the failover: Inspect, TTL, a re-entry, Txn, a semaphore's Inspect
-// and Available, and Extend (a lock
-// without renewal has no other way to keep its lease, and would be lost
-// while the promoted master holds it).
+// and Available, an operator's ForceRelease (go-redis would dial the dead
+// master until its own reload of the slot map, a minute later), and Extend
+// (a lock without renewal has no other way to keep its lease, and would be
+// lost while the promoted master holds it).
 func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 	ctx := context.Background()
+	var promoted *redis.Client
 	calls := []struct {
 		name string
 		call func(c *Client, l *Lock) error
@@ -1470,9 +1472,29 @@ func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 			}
 			return err
 		}},
+		// An operator's, from a Client idle through the failover: of the
+		// lock, and of permits at its name taken on the promoted master.
+		{"ForceRelease", func(c *Client, l *Lock) error {
+			if err := c.ForceRelease(ctx, l.Key()); err != nil {
+				return err
+			}
+			if n := promoted.Exists(ctx, c.keys(l.Key()).lock).Val(); n != 0 {
+				return errors.New("the lock is still held on the promoted master")
+			}
+			return nil
+		}},
+		{"Semaphore.ForceRelease", func(c *Client, l *Lock) error {
+			p, err := newClientOn(t, promoted).Semaphore(l.Key(), 3).TryAcquire(ctx, 1)
+			if err != nil {
+				return err
+			}
+			return c.Semaphore(l.Key(), 3).ForceRelease(ctx, p.Token())
+		}},
+		// Last: its lease is checked below.
 		{"Extend", func(c *Client, l *Lock) error { return l.Extend(ctx, 2*time.Minute) }},
 	}
-	forEachFailedOverHolder(t, len(calls), []LockOption{WithoutRenewal()}, func(t *testing.T, hs []failedOverHolder, promoted *redis.Client) {
+	forEachFailedOverHolder(t, len(calls), []LockOption{WithoutRenewal()}, func(t *testing.T, hs []failedOverHolder, rc *redis.Client) {
+		promoted = rc
 		for i, tc := range calls {
 			h := hs[i]
 			if err := tc.call(h.c, h.l); err != nil {
@@ -1482,12 +1504,97 @@ func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 		if d := promoted.PTTL(ctx, hs[len(hs)-1].c.keys(hs[len(hs)-1].l.Key()).lock).Val(); d <= time.Minute {
 			t.Errorf("lease on the promoted master after Extend = %v, want over a minute", d)
 		}
-		for _, h := range hs {
-			if err := h.l.Unlock(ctx); err != nil {
+		for i, h := range hs {
+			if err := h.l.Unlock(ctx); err != nil && calls[i].name != "ForceRelease" {
 				t.Error(err)
 			}
 		}
 	})
+}
+
+// A renewal that finds the lock's master dead (go-redis cannot dial it)
+// once another has been promoted goes to that one at once, as the holder's
+// other calls do, not a tenth of the lease later: go-redis tries the dead
+// master for seconds before it gives up, and reloads its slot map on its
+// own only after a minute, so every retry counts against the lease. The
+// first renewal after the promotion must renew it, with and without
+// replica acknowledgement.
+func TestClusterRenewalFollowsFailoverAtOnce(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	replica := cl.AddReplica(t, 0)
+	dead := cl.Nodes[0].Addr()
+	rc := replica.Client(t)
+	type holder struct {
+		name   string
+		renews chan RenewEvent
+		l      *Lock
+	}
+	var holders []holder
+	next := 0
+	for _, h := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain", nil},
+		// The promoted master has no replica left: AcceptAndReport takes it.
+		{"replica ack", []Option{WithReplicaAck(1, 200*time.Millisecond, AcceptAndReport)}},
+	} {
+		o := &renewRecorder{renews: make(chan RenewEvent, 64)}
+		cc := cl.Client(t)
+		c := newClientOn(t, cc, append(h.opts, WithObserver(o))...)
+		key := fmt.Sprintf("renew-failover:%d", next)
+		for ; masterOf(t, cc, c, key) != dead; key = fmt.Sprintf("renew-failover:%d", next) {
+			next++
+		}
+		next++
+		// Its first renewal is due 10 s after the grant: after the
+		// failover, once every master knows of it.
+		l := mustLock(t, c, key, WithTTL(30*time.Second))
+		waitUntil(t, 10*time.Second, "the grant on the replica", func() bool {
+			return rc.Do(ctx, "READONLY").Err() == nil && rc.Exists(ctx, c.keys(key).lock).Val() == 1
+		})
+		holders = append(holders, holder{h.name, o.renews, l})
+	}
+	cl.Nodes[0].Kill(t)
+	slot := rc.ClusterKeySlot(ctx, holders[0].l.Key()).Val()
+	live := []*redis.Client{cl.Nodes[1].Client(t), cl.Nodes[2].Client(t), rc}
+	waitUntil(t, 30*time.Second, "every master to know of the promotion", func() bool {
+		for _, n := range live {
+			//lint:ignore SA1019 go-redis builds its slot map from CLUSTER SLOTS: that is what must name the promoted master
+			slots, err := n.ClusterSlots(ctx).Result()
+			if err != nil {
+				return false
+			}
+			owned := false
+			for _, s := range slots {
+				if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+					owned = s.Nodes[0].Addr == replica.Addr()
+				}
+			}
+			if !owned {
+				return false
+			}
+		}
+		return true
+	})
+	for _, h := range holders {
+		select {
+		case e := <-h.renews:
+			t.Fatalf("%s: renewed (%v, %v) before every master knew of the promotion: the failover took too long for this test", h.name, e.Outcome, e.Err)
+		default:
+		}
+	}
+	for _, h := range holders {
+		e := testutil.Receive(t, h.renews, 30*time.Second, h.name+": the first renewal after the promotion")
+		if e.Outcome != RenewOK {
+			t.Errorf("%s: first renewal after the promotion: %v (%v), want it renewed on the promoted master", h.name, e.Outcome, e.Err)
+		}
+		if h.l.Context().Err() != nil {
+			t.Errorf("%s: lost: %v", h.name, context.Cause(h.l.Context()))
+		}
+		_ = h.l.Unlock(ctx)
+	}
 }
 
 // failedOverHolder is a Client, on a cluster client of its own, and the

@@ -42,6 +42,7 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewe
 		return n.renewAcked(ctx, rs)
 	}
 	cmds := n.renew(ctx, rs)
+	n.renewFailedOver(ctx, rs, cmds)
 	// A server that lost its script cache (restart, SCRIPT FLUSH, a
 	// promoted replica: scripts are not replicated) refused those renewals
 	// with NOSCRIPT: they did not run. They are sent again with the script
@@ -71,6 +72,47 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewe
 		}
 	}
 	return out
+}
+
+// renewFailedOver sends the renewals of cmds that could not dial their
+// master again, to the master promoted since, if the reloaded slot map
+// names one (as followFailover does for one command), and puts their
+// replies in cmds: go-redis gave up on the dead master after seconds of
+// dial retries, and the watchdog would try again only a tenth of the lease
+// later, all of it time off the lease. The slot map is reloaded once for
+// the batch. Twice is as once: a renewal sets the same lease.
+func (n *node) renewFailedOver(ctx context.Context, rs []backend.Renewal, cmds []*redis.Cmd) {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	var again []int
+	reloaded := false
+	for i, cmd := range cmds {
+		dead, ok := dialFailed(cmd.Err())
+		if !ok {
+			continue
+		}
+		if !reloaded {
+			if reloadSlotMap(ctx, cc) != nil {
+				return
+			}
+			reloaded = true
+		}
+		if m, err := cc.MasterForKey(ctx, leaseKeys(rs[i].Lease).lock); err == nil && m.Options().Addr != dead {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	sub := make([]backend.Renewal, len(again))
+	for j, i := range again {
+		sub[j] = rs[i]
+	}
+	for j, cmd := range n.renew(ctx, sub) {
+		cmds[again[j]] = cmd
+	}
 }
 
 // RenewGroup names the server that renews l: on Redis Cluster, the master
@@ -116,8 +158,8 @@ func reloadSlotMap(ctx context.Context, cc *redis.ClusterClient) error {
 // for it now. It reloads the map before it returns.
 func failedOver(ctx context.Context, rdb redis.UniversalClient, key any, err error) bool {
 	cc, ok := rdb.(*redis.ClusterClient)
-	var op *net.OpError
-	if !ok || !errors.As(err, &op) || op.Op != "dial" || op.Addr == nil {
+	dead, dialed := dialFailed(err)
+	if !ok || !dialed {
 		return false
 	}
 	name, ok := key.(string)
@@ -131,7 +173,17 @@ func failedOver(ctx context.Context, rdb redis.UniversalClient, key any, err err
 		return false
 	}
 	m, mErr := cc.MasterForKey(ctx, name)
-	return mErr == nil && m.Options().Addr != op.Addr.String()
+	return mErr == nil && m.Options().Addr != dead
+}
+
+// dialFailed reports whether err is a failure to dial a server, and its
+// address.
+func dialFailed(err error) (addr string, ok bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" || op.Addr == nil {
+		return "", false
+	}
+	return op.Addr.String(), true
 }
 
 // followFailover sends a command for the master of key (as failedOver

@@ -741,7 +741,11 @@ func (n *node) releaseAcked(ctx context.Context, l *backend.Lease, level int) (i
 // lease ends); without acknowledgement the ack is a good one.
 func (n *node) runForce(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, ack) {
 	if n.ack == nil {
-		return s.Run(ctx, n.rdb, keys, args...), ack{ok: true}
+		// Sent again to a master promoted since, as a release is: run
+		// twice, the second finds nothing to remove (ErrNotHeld) only if
+		// the first reached the dead master and its replica in between.
+		cmd := followFailover(ctx, n.rdb, keys[0], func() *redis.Cmd { return s.Run(ctx, n.rdb, keys, args...) })
+		return cmd, ack{ok: true}
 	}
 	c := &call{s: s, keys: keys, args: args}
 	n.runAcked(ctx, []*call{c})
