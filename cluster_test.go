@@ -981,7 +981,7 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster, replica *redistest
 		// The promoted master has no replica left: AcceptAndReport takes it.
 		{"acked", []Option{WithReplicaAck(1, 500*time.Millisecond, AcceptAndReport)}},
 	} {
-		cc := cl.Client(t)
+		cc := oneDialClient(t, cl)
 		c := newClientOn(t, cc, h.opts...)
 		key := h.name + "-failover:0"
 		for i := 1; masterOf(t, cc, c, key) != dead; i++ {
@@ -991,7 +991,7 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster, replica *redistest
 	}
 	// A Client that loads the slot map now, and is idle until after the
 	// failover. key + "}x" has key's hash tag: the same slot.
-	other := newClientOn(t, cl.Client(t))
+	other := newClientOn(t, oneDialClient(t, cl))
 	slotmate := holders[0].key + "}x"
 	if l, err := other.TryLock(ctx, slotmate); err != nil {
 		t.Fatal(err)
@@ -1428,44 +1428,43 @@ func TestClusterUnlockRightAfterFailover(t *testing.T) {
 // lost while the promoted master holds it).
 func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 	ctx := context.Background()
-	var promoted *redis.Client
 	calls := []struct {
 		name string
-		call func(c *Client, l *Lock) error
+		call func(c *Client, l *Lock, promoted *redis.Client) error
 	}{
-		{"Inspect", func(c *Client, l *Lock) error {
+		{"Inspect", func(c *Client, l *Lock, promoted *redis.Client) error {
 			info, err := c.Inspect(ctx, l.Key())
 			if err == nil && info.Owner != l.Token() {
 				err = fmt.Errorf("owner %q, want %q", info.Owner, l.Token())
 			}
 			return err
 		}},
-		{"TTL", func(c *Client, l *Lock) error {
+		{"TTL", func(c *Client, l *Lock, promoted *redis.Client) error {
 			d, err := l.TTL(ctx)
 			if err == nil && d <= 0 {
 				err = fmt.Errorf("lease left %v", d)
 			}
 			return err
 		}},
-		{"re-entry", func(c *Client, l *Lock) error {
+		{"re-entry", func(c *Client, l *Lock, promoted *redis.Client) error {
 			inner, err := c.TryLock(l.Context(), l.Key())
 			if err != nil {
 				return err
 			}
 			return inner.Unlock(ctx)
 		}},
-		{"Txn", func(c *Client, l *Lock) error {
+		{"Txn", func(c *Client, l *Lock, promoted *redis.Client) error {
 			return l.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, l.SlotKey("txn"), "x", 0); return nil })
 		}},
 		// A semaphore may share the lock's name, and so its master.
-		{"Semaphore.Inspect", func(c *Client, l *Lock) error {
+		{"Semaphore.Inspect", func(c *Client, l *Lock, promoted *redis.Client) error {
 			info, err := c.Semaphore(l.Key(), 3).Inspect(ctx)
 			if err == nil && info.InUse != 0 {
 				err = fmt.Errorf("%d permits in use, want 0", info.InUse)
 			}
 			return err
 		}},
-		{"Semaphore.Available", func(c *Client, l *Lock) error {
+		{"Semaphore.Available", func(c *Client, l *Lock, promoted *redis.Client) error {
 			n, err := c.Semaphore(l.Key(), 3).Available(ctx)
 			if err == nil && n != 3 {
 				err = fmt.Errorf("%d permits available, want 3", n)
@@ -1474,7 +1473,7 @@ func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 		}},
 		// An operator's, from a Client idle through the failover: of the
 		// lock, and of permits at its name taken on the promoted master.
-		{"ForceRelease", func(c *Client, l *Lock) error {
+		{"ForceRelease", func(c *Client, l *Lock, promoted *redis.Client) error {
 			if err := c.ForceRelease(ctx, l.Key()); err != nil {
 				return err
 			}
@@ -1483,21 +1482,25 @@ func TestClusterHolderCallsRightAfterFailover(t *testing.T) {
 			}
 			return nil
 		}},
-		{"Semaphore.ForceRelease", func(c *Client, l *Lock) error {
-			p, err := newClientOn(t, promoted).Semaphore(l.Key(), 3).TryAcquire(ctx, 1)
+		{"Semaphore.ForceRelease", func(c *Client, l *Lock, promoted *redis.Client) error {
+			pc, err := New(promoted)
+			if err != nil {
+				return err
+			}
+			defer pc.Close()
+			p, err := pc.Semaphore(l.Key(), 3).TryAcquire(ctx, 1)
 			if err != nil {
 				return err
 			}
 			return c.Semaphore(l.Key(), 3).ForceRelease(ctx, p.Token())
 		}},
 		// Last: its lease is checked below.
-		{"Extend", func(c *Client, l *Lock) error { return l.Extend(ctx, 2*time.Minute) }},
+		{"Extend", func(c *Client, l *Lock, promoted *redis.Client) error { return l.Extend(ctx, 2*time.Minute) }},
 	}
-	forEachFailedOverHolder(t, len(calls), []LockOption{WithoutRenewal()}, func(t *testing.T, hs []failedOverHolder, rc *redis.Client) {
-		promoted = rc
+	forEachFailedOverHolder(t, len(calls), []LockOption{WithoutRenewal()}, func(t *testing.T, hs []failedOverHolder, promoted *redis.Client) {
 		for i, tc := range calls {
 			h := hs[i]
-			if err := tc.call(h.c, h.l); err != nil {
+			if err := tc.call(h.c, h.l, promoted); err != nil {
 				t.Errorf("%s as the first call after the failover: %v", tc.name, err)
 			}
 		}
@@ -1597,6 +1600,30 @@ func TestClusterRenewalFollowsFailoverAtOnce(t *testing.T) {
 	}
 }
 
+// oneDialClient returns a client of cl that dials a node once per attempt
+// (go-redis dials up to five times, 100 ms apart). A command routed to a
+// killed master then fails in milliseconds, not after 1.6 s (four
+// attempts of five dials), with the same dial error: what the Client does
+// after it is the same, sooner.
+func oneDialClient(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialerRetries: 1})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// listsAsMaster reports whether a CLUSTER NODES reply lists the node at
+// addr as a master.
+func listsAsMaster(nodes, addr string) bool {
+	for _, l := range strings.Split(nodes, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 2 && strings.HasPrefix(f[1], addr+"@") && slices.Contains(strings.Split(f[2], ","), "master") {
+			return true
+		}
+	}
+	return false
+}
+
 // failedOverHolder is a Client, on a cluster client of its own, and the
 // lock it holds on a master that has failed over since.
 type failedOverHolder struct {
@@ -1621,6 +1648,9 @@ func forEachFailedOverHolder(t *testing.T, n int, lockOpts []LockOption, check f
 		{"replica ack", []Option{WithReplicaAck(1, 200*time.Millisecond, AcceptAndReport)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each on a cluster of its own, waiting mostly for the
+			// failover: the two run side by side.
+			t.Parallel()
 			ctx := context.Background()
 			cl := redistest.StartCluster(t, 3)
 			replica := cl.AddReplica(t, 0)
@@ -1629,7 +1659,7 @@ func forEachFailedOverHolder(t *testing.T, n int, lockOpts []LockOption, check f
 			hs := make([]failedOverHolder, n)
 			next := 0
 			for i := range hs {
-				cc := cl.Client(t)
+				cc := oneDialClient(t, cl)
 				c := newClientOn(t, cc, tc.opts...)
 				key := fmt.Sprintf("holder-failover:%d", next)
 				for ; masterOf(t, cc, c, key) != dead; key = fmt.Sprintf("holder-failover:%d", next) {
@@ -1646,6 +1676,18 @@ func forEachFailedOverHolder(t *testing.T, n int, lockOpts []LockOption, check f
 				role, err := rc.Do(ctx, "ROLE").Slice()
 				return err == nil && len(role) > 0 && role[0] == "master" &&
 					strings.Contains(rc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+			})
+			// The failover is over once the other masters know of it too:
+			// the slot map a holder's Client reloads after its dial error
+			// may come from any of them.
+			others := []*redis.Client{cl.Nodes[1].Client(t), cl.Nodes[2].Client(t)}
+			waitUntil(t, 10*time.Second, "the other masters to learn of the promotion", func() bool {
+				for _, o := range others {
+					if !listsAsMaster(o.ClusterNodes(ctx).Val(), replica.Addr()) {
+						return false
+					}
+				}
+				return true
 			})
 			check(t, hs, rc)
 		})

@@ -981,10 +981,11 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	ctx := context.Background()
 	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
-	// 3 x (timeout + 100 ms) is well under the default 30 s lease, and
+	// 3 x (timeout + 100 ms) is under the waiter's lease (8 s, not the
+	// default 30 s: its first renewal comes after 2.7 s, not 10 s), and
 	// timeout + 100 ms under 3/4 of the 5 s ReadTimeout; a queued waiter's
 	// checks (timeout, then a third of the 3 s queue TTL) keep its place.
-	const timeout = 1700 * time.Millisecond
+	const timeout, lease = 1700 * time.Millisecond, 8 * time.Second
 	holder := newClientOn(t, rdb, WithReplicaAck(1, timeout, AcceptAndReport))
 	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
 	t.Cleanup(func() { _ = wrdb.Close() })
@@ -1008,7 +1009,7 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := lockAsync(ctx, waiter, "handed")
+	got := lockAsync(ctx, waiter, "handed", WithTTL(lease))
 	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "handed") == 1 })
 	// Release right after a check of the waiter's answered: it is then
 	// waiting, and takes the hand-over at once.
