@@ -431,6 +431,72 @@ func TestListLongBoundsEachRequest(t *testing.T) {
 	}
 }
 
+// TestAdminRequestsEndOnAHungServer: a request that Redis never answers
+// ends at its deadline (adminTimeout) with status 69, even when the URL's
+// read_timeout would let go-redis wait longer (here none at all): for a
+// lock's inspect, release --force, list and shell completion, and for
+// list on a Cluster whose master hangs as SCAN reaches it.
+func TestAdminRequestsEndOnAHungServer(t *testing.T) {
+	t.Parallel()
+	// Long enough for the deadline, short of go test's own timeout.
+	const limit = adminTimeout + processTimeout
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		// hungURL is the URL of a proxy to srv that freezes once dlock has
+		// connected (the PING has a bound of its own), at SCAN or a script.
+		hungURL := func(t *testing.T) string {
+			proxy, err := tcpproxy.New(srv.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			proxy.FreezeOn(func(b []byte) bool {
+				return bytes.Contains(bytes.ToLower(b), []byte("scan")) || bytes.Contains(bytes.ToLower(b), []byte("evalsha"))
+			})
+			return redisURL(proxy.Addr()) + "?read_timeout=-1"
+		}
+		for _, args := range [][]string{{"list"}, {"inspect", "hung"}, {"release", "--force", "hung"}} {
+			t.Run(args[0], func(t *testing.T) {
+				t.Parallel()
+				p := start(t, nil, append([]string{"--redis", hungURL(t)}, args...)...)
+				if code := p.waitUpTo(t, limit); code != exitUnavailable {
+					t.Errorf("exit status %d, want %d\nstderr:\n%s", code, exitUnavailable, p.stderr.String())
+				}
+			})
+		}
+		// Shell completion offers no name, within completeTimeout.
+		t.Run("completion", func(t *testing.T) {
+			t.Parallel()
+			p := start(t, nil, "__complete", "--redis", hungURL(t), "inspect", "")
+			if code := p.waitUpTo(t, processTimeout); code != exitOK || !slices.Equal(lines(p.stdout.String()), []string{":4"}) {
+				t.Errorf("exit status %d, want 0 and no name\nstdout:\n%s", code, p.stdout.String())
+			}
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		hung := cl.Nodes[len(cl.Nodes)-1]
+		hung.Pause(t)
+		t.Cleanup(func() { hung.Resume(t) })
+		// The PING that connects goes to a master picked at random: once it
+		// has found one that answers, it is SCAN that meets the hung one.
+		for range 20 {
+			p := start(t, nil, "--cluster", cl.Nodes[0].Addr(), "--redis", "redis://?read_timeout=-1", "list")
+			code := p.waitUpTo(t, limit)
+			if code == exitUnavailable && strings.Contains(p.stderr.String(), "cannot reach Redis") {
+				continue
+			}
+			if code != exitUnavailable || !strings.Contains(p.stderr.String(), "dlock: list: ") {
+				t.Errorf("exit status %d, want %d from the listing\nstderr:\n%s", code, exitUnavailable, p.stderr.String())
+			}
+			return
+		}
+		t.Fatal("list never got past connecting")
+	})
+}
+
 // A lock hash without an expiry (made by hand, or by a broken client)
 // never frees itself: inspect and list --long say so, not "0s" of lease
 // left, which reads as a lock about to be free.

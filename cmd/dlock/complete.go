@@ -32,6 +32,7 @@ func (a *app) completeKeys(cmd *cobra.Command, args []string, toComplete string)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
 	defer cancel()
+	a.conn.bound = completeTimeout
 	c, err := a.connect(ctx, "dlock completion")
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp

@@ -42,6 +42,11 @@ type connFlags struct {
 	// poolSize is the connection pool size the command needs at least
 	// (bench); the URL's pool_size wins if given.
 	poolSize int
+	// bound, if not 0, is each request's deadline (requestBound), kept
+	// even in the middle of a read: a command that must end on a hung
+	// server (inspect, list, release) sets it, whatever the URL's
+	// read_timeout lets go-redis wait.
+	bound time.Duration
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -186,40 +191,61 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 		nodesTLS = nodesTLS.Clone()
 		nodesTLS.ServerName = ""
 	}
+	// Without it go-redis keeps to a context's deadline only between
+	// tries, and a read waits as long as read_timeout says (or forever).
+	bounded := f.bound > 0
 	switch {
 	case len(f.cluster) > 0:
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:        f.cluster,
-			Username:     o.Username,
-			Password:     o.Password,
-			TLSConfig:    nodesTLS,
-			DialTimeout:  o.DialTimeout,
-			ReadTimeout:  o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout,
-			PoolSize:     o.PoolSize,
-			MaxRetries:   o.MaxRetries,
-		}), "Redis Cluster " + strings.Join(f.cluster, ","), nil
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 f.cluster,
+			Username:              o.Username,
+			Password:              o.Password,
+			TLSConfig:             nodesTLS,
+			DialTimeout:           o.DialTimeout,
+			ReadTimeout:           o.ReadTimeout,
+			WriteTimeout:          o.WriteTimeout,
+			PoolSize:              o.PoolSize,
+			MaxRetries:            o.MaxRetries,
+			ContextTimeoutEnabled: bounded,
+		})
+		if bounded {
+			// Each master's own client too: list's SCAN goes to each
+			// directly (ForEachMaster), not through the cluster's hooks.
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(requestBound(f.bound)) })
+			cc.AddHook(requestBound(f.bound))
+		}
+		return cc, "Redis Cluster " + strings.Join(f.cluster, ","), nil
 	case f.sentinelMaster != "":
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:       f.sentinelMaster,
-			SentinelAddrs:    f.sentinels,
-			SentinelPassword: os.Getenv(envSentinelPassword),
-			Username:         o.Username,
-			Password:         o.Password,
-			DB:               o.DB,
-			TLSConfig:        nodesTLS,
-			DialTimeout:      o.DialTimeout,
-			ReadTimeout:      o.ReadTimeout,
-			WriteTimeout:     o.WriteTimeout,
-			PoolSize:         o.PoolSize,
-			MaxRetries:       o.MaxRetries,
-		}), fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ",")), nil
+		fc := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            f.sentinelMaster,
+			SentinelAddrs:         f.sentinels,
+			SentinelPassword:      os.Getenv(envSentinelPassword),
+			Username:              o.Username,
+			Password:              o.Password,
+			DB:                    o.DB,
+			TLSConfig:             nodesTLS,
+			DialTimeout:           o.DialTimeout,
+			ReadTimeout:           o.ReadTimeout,
+			WriteTimeout:          o.WriteTimeout,
+			PoolSize:              o.PoolSize,
+			MaxRetries:            o.MaxRetries,
+			ContextTimeoutEnabled: bounded,
+		})
+		if bounded {
+			fc.AddHook(requestBound(f.bound))
+		}
+		return fc, fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ",")), nil
 	default:
 		desc := o.Addr
 		if o.DB != 0 {
 			desc += fmt.Sprintf(" db %d", o.DB)
 		}
-		return redis.NewClient(o), desc, nil
+		o.ContextTimeoutEnabled = o.ContextTimeoutEnabled || bounded
+		c := redis.NewClient(o)
+		if bounded {
+			c.AddHook(requestBound(f.bound))
+		}
+		return c, desc, nil
 	}
 }
 

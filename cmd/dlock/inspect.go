@@ -51,6 +51,7 @@ that name is shown as a free lock.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
+			a.conn.bound = adminTimeout
 			c, err := a.connect(ctx, "dlock inspect")
 			if err != nil {
 				return err

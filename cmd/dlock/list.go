@@ -67,12 +67,12 @@ code's data at their waiters' names is said as for a lock).`,
 			// The listing takes as many round trips as there are names
 			// (with --long): adminTimeout bounds each, not all of them.
 			ctx := context.Background()
+			a.conn.bound = adminTimeout
 			c, err := a.connect(ctx, "dlock list")
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			c.rdb.AddHook(requestBound(adminTimeout))
 			names, err := c.locks.List(ctx, pattern, dlock.WithKind(kind))
 			if err != nil {
 				return redisFailure(err)

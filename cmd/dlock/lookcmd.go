@@ -16,6 +16,11 @@ func lookCommand(name string) (string, error) {
 	switch {
 	case err == nil:
 		return path, nil
+	case errors.Is(err, exec.ErrDot):
+		// Found through a relative $PATH entry ("bin", "."): Go refuses it
+		// by default, where a shell (or env, timeout) runs it, as the
+		// user's $PATH asks.
+		return path, nil
 	case !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, fs.ErrNotExist):
 		return "", exitf(126, "%s: cannot run: %v", name, err)
 	}

@@ -144,13 +144,20 @@ func startProgram(t *testing.T, env []string, program string, args ...string) *p
 // wait waits for the process to exit and returns its exit status.
 func (p *proc) wait(t *testing.T) int {
 	t.Helper()
+	return p.waitUpTo(t, processTimeout)
+}
+
+// waitUpTo is wait for a process that may take longer than processTimeout
+// (as long as limit), or must exit sooner.
+func (p *proc) waitUpTo(t *testing.T, limit time.Duration) int {
+	t.Helper()
 	select {
 	case <-p.done:
-	case <-time.After(processTimeout):
+	case <-time.After(limit):
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		t.Fatalf("dlock %s: still running after %v\nstdout:\n%s\nstderr:\n%s",
-			strings.Join(p.cmd.Args[1:], " "), processTimeout, p.stdout.String(), p.stderr.String())
+			strings.Join(p.cmd.Args[1:], " "), limit, p.stdout.String(), p.stderr.String())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }

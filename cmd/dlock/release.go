@@ -73,6 +73,7 @@ it exits with status 64, as run --capacity does.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
+			a.conn.bound = adminTimeout
 			c, err := a.connect(ctx, "dlock release")
 			if err != nil {
 				return err

@@ -11,7 +11,7 @@ import (
 // a pipeline) a deadline of its own, for a command of many round trips
 // (list --long): one deadline over them all would run out on a large or
 // distant keyspace while each request is answered in time, and read as a
-// failed Redis.
+// failed Redis. connFlags.bound installs it, on each node of a cluster too.
 type requestBound time.Duration
 
 func (requestBound) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -90,6 +90,38 @@ func TestRunStatusOfCommandsThatCannotRun(t *testing.T) {
 	}
 }
 
+// A COMMAND found through a relative $PATH entry ("bin", or "." and the
+// empty entry, the current directory) runs, as a shell, env or timeout runs
+// it: the user's $PATH says where to look.
+func TestRunFindsCommandThroughRelativePath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := []byte("#!/bin/sh\necho \"ran $DLOCK_KEY\"\n")
+	for _, p := range []string{"dlock-rel-here", filepath.Join("bin", "dlock-rel-bin")} {
+		if err := os.WriteFile(filepath.Join(dir, p), script, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ path, command string }{
+		{"bin", "dlock-rel-bin"},
+		{".", "dlock-rel-here"},
+		{"", "dlock-rel-here"},
+	} {
+		key := testKey(t)
+		env := baseEnv("PATH=" + tc.path + string(filepath.ListSeparator) + os.Getenv("PATH"))
+		// dlock runs in dir, which the relative entries are relative to.
+		p := startProgram(t, env, "/bin/sh", "-c", `cd "$1" && exec "$2" --redis "$3" run "$4" -- "$5"`,
+			"sh", dir, dlockBin, sharedURL(), key, tc.command)
+		if code := p.wait(t); code != exitOK || strings.TrimSpace(p.stdout.String()) != "ran "+key {
+			t.Errorf("PATH=%q:... run -- %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s",
+				tc.path, tc.command, code, p.stdout.String(), p.stderr.String())
+		}
+	}
+}
+
 // TestRunMutualExclusion runs two `dlock run` processes whose commands log
 // start and end markers; the first blocks (on a FIFO) until the second is
 // queued, so their sections would interleave without the lock.
