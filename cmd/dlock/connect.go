@@ -194,59 +194,46 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 	// Without it go-redis keeps to a context's deadline only between
 	// tries, and a read waits as long as read_timeout says (or forever).
 	bounded := f.bound > 0
+	u := &redis.UniversalOptions{
+		Username:              o.Username,
+		Password:              o.Password,
+		TLSConfig:             nodesTLS,
+		DialTimeout:           o.DialTimeout,
+		ReadTimeout:           o.ReadTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		PoolSize:              o.PoolSize,
+		MaxRetries:            o.MaxRetries,
+		ContextTimeoutEnabled: bounded,
+	}
+	var rdb redis.UniversalClient
+	var desc string
 	switch {
 	case len(f.cluster) > 0:
-		cc := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 f.cluster,
-			Username:              o.Username,
-			Password:              o.Password,
-			TLSConfig:             nodesTLS,
-			DialTimeout:           o.DialTimeout,
-			ReadTimeout:           o.ReadTimeout,
-			WriteTimeout:          o.WriteTimeout,
-			PoolSize:              o.PoolSize,
-			MaxRetries:            o.MaxRetries,
-			ContextTimeoutEnabled: bounded,
-		})
+		u.Addrs = f.cluster
+		cc := redis.NewClusterClient(u.Cluster())
 		if bounded {
 			// Each master's own client too: list's SCAN goes to each
 			// directly (ForEachMaster), not through the cluster's hooks.
 			cc.OnNewNode(func(n *redis.Client) { n.AddHook(requestBound(f.bound)) })
-			cc.AddHook(requestBound(f.bound))
 		}
-		return cc, "Redis Cluster " + strings.Join(f.cluster, ","), nil
+		rdb, desc = cc, "Redis Cluster "+strings.Join(f.cluster, ",")
 	case f.sentinelMaster != "":
-		fc := redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            f.sentinelMaster,
-			SentinelAddrs:         f.sentinels,
-			SentinelPassword:      os.Getenv(envSentinelPassword),
-			Username:              o.Username,
-			Password:              o.Password,
-			DB:                    o.DB,
-			TLSConfig:             nodesTLS,
-			DialTimeout:           o.DialTimeout,
-			ReadTimeout:           o.ReadTimeout,
-			WriteTimeout:          o.WriteTimeout,
-			PoolSize:              o.PoolSize,
-			MaxRetries:            o.MaxRetries,
-			ContextTimeoutEnabled: bounded,
-		})
-		if bounded {
-			fc.AddHook(requestBound(f.bound))
-		}
-		return fc, fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ",")), nil
+		u.Addrs, u.MasterName, u.DB = f.sentinels, f.sentinelMaster, o.DB
+		u.SentinelPassword = os.Getenv(envSentinelPassword)
+		rdb = redis.NewFailoverClient(u.Failover())
+		desc = fmt.Sprintf("master %q via Sentinel %s", f.sentinelMaster, strings.Join(f.sentinels, ","))
 	default:
-		desc := o.Addr
+		desc = o.Addr
 		if o.DB != 0 {
 			desc += fmt.Sprintf(" db %d", o.DB)
 		}
 		o.ContextTimeoutEnabled = o.ContextTimeoutEnabled || bounded
-		c := redis.NewClient(o)
-		if bounded {
-			c.AddHook(requestBound(f.bound))
-		}
-		return c, desc, nil
+		rdb = redis.NewClient(o)
 	}
+	if bounded {
+		rdb.AddHook(requestBound(f.bound))
+	}
+	return rdb, desc, nil
 }
 
 // conn is an open connection: the go-redis client and a dlock Client on it.
