@@ -481,13 +481,15 @@ func TestSentinel(t *testing.T) {
 		redistest.WaitReplicaAcks(t, fc)
 		var renewals lastRenewal
 		const ackTimeout = time.Second
-		acked := newClientOn(t, fc, WithReplicaAck(1, ackTimeout, FailClosed), WithObserver(&renewals))
+		// Its renewals that meet the dead master fail in milliseconds, and
+		// are retried a tenth of the lease later, not 1.6 s later.
+		acked := newClientOn(t, oneDialFailoverClient(t, g), WithReplicaAck(1, ackTimeout, FailClosed), WithObserver(&renewals))
 		plain := newClientOn(t, g.FailoverClient(t))
 		other := newClientOn(t, g.FailoverClient(t))
 
 		// Before: a lock the replica acknowledged, whose lease outlasts the
-		// failover, and a few fences.
-		const lease = 10 * time.Second
+		// failover (about 2.5 s), and a few fences. (c) waits for its end.
+		const lease = 7 * time.Second
 		survivor := mustLock(t, acked, "survivor", WithTTL(lease))
 		granted := time.Now()
 		var maxBefore uint64
@@ -664,6 +666,21 @@ func TestSentinel(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// oneDialFailoverClient is g.FailoverClient dialing once per attempt
+// (go-redis dials up to five times, 100 ms apart): a command sent while
+// the Sentinels still name a killed master fails in milliseconds, not
+// after 1.6 s (four attempts of five dials), with the same dial error.
+func oneDialFailoverClient(t *testing.T, g *redistest.SentinelGroup) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    g.MasterName,
+		SentinelAddrs: g.SentinelAddrs(),
+		DialerRetries: 1,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // lastRenewal records when each lock's last successful renewal answered.
@@ -881,11 +898,14 @@ func sha1Hex(s string) string {
 func TestWaiterKeepsPlaceThroughFailover(t *testing.T) {
 	ctx := context.Background()
 	g := redistest.StartSentinelGroup(t, 1, 3)
-	holder := newClientOn(t, g.FailoverClient(t))
+	holder := newClientOn(t, oneDialFailoverClient(t, g))
 	// A queue entry that outlives the failover (seconds here).
 	waiter := newClientOn(t, g.FailoverClient(t), WithQueueTTL(15*time.Second))
 	const key = "failover-waiter"
-	l := mustLock(t, holder, key, WithTTL(20*time.Second))
+	// A lease that outlasts the failover (seconds here), short enough
+	// that its first renewal, awaited on the new master, comes 3 s after
+	// the grant, not 6.7 s.
+	l := mustLock(t, holder, key, WithTTL(9*time.Second))
 	got := lockAsync(ctx, waiter, key)
 	queuedOnReplica(t, g, waiter, key)
 
@@ -1046,12 +1066,20 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 // the next must still refresh its queue entry before that runs out (a
 // release would skip it, and hand the lock to the waiter behind it).
 func TestReplicaAckWaiterKeepsPlace(t *testing.T) {
+	// Each subtest has servers of its own: they run side by side.
+	//
 	// With 100 ms, under 3/4 of the 5 s ReadTimeout; more than 2/3 of the
 	// 3 s queue TTL.
-	t.Run("TimeoutWithinQueueTTL", func(t *testing.T) { replicaAckWaiterKeepsPlace(t, 2500*time.Millisecond) })
+	t.Run("TimeoutWithinQueueTTL", func(t *testing.T) {
+		t.Parallel()
+		replicaAckWaiterKeepsPlace(t, 2500*time.Millisecond)
+	})
 	// A WAIT longer than the queue TTL: the next check cannot run before
 	// the entry the last one wrote would run out.
-	t.Run("TimeoutBeyondQueueTTL", func(t *testing.T) { replicaAckWaiterKeepsPlace(t, 3500*time.Millisecond) })
+	t.Run("TimeoutBeyondQueueTTL", func(t *testing.T) {
+		t.Parallel()
+		replicaAckWaiterKeepsPlace(t, 3500*time.Millisecond)
+	})
 }
 
 // replicaAckWaiterKeepsPlace checks, with the default queue TTL and a
