@@ -1005,14 +1005,17 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	// default 30 s: its first renewal comes after 2.7 s, not 10 s), and
 	// timeout + 100 ms under 3/4 of the 5 s ReadTimeout; a queued waiter's
 	// checks (timeout, then a third of the 3 s queue TTL) keep its place.
-	const timeout, lease = 1700 * time.Millisecond, 8 * time.Second
+	// The queue TTL is under the timeout less 100 ms: a hand-over lease of
+	// the queue's life (queue TTL + timeout + 100 ms) would run out before
+	// the first renewal, sent when the hand-over's WAIT answered, did.
+	const timeout, queueTTL, lease = 1800 * time.Millisecond, 1200 * time.Millisecond, 8 * time.Second
 	holder := newClientOn(t, rdb, WithReplicaAck(1, timeout, AcceptAndReport))
 	wrdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
 	t.Cleanup(func() { _ = wrdb.Close() })
 	checked := pipelineDone{c: make(chan struct{}, 1)}
 	wrdb.AddHook(checked)
 	obs := &renewOrLoss{renewed: make(chan RenewEvent, 1), lost: make(chan LostEvent, 1)}
-	waiter := newClientOn(t, wrdb, WithReplicaAck(1, timeout, AcceptAndReport), WithObserver(obs))
+	waiter := newClientOn(t, wrdb, WithQueueTTL(queueTTL), WithReplicaAck(1, timeout, AcceptAndReport), WithObserver(obs))
 
 	// Every script is cached on the server: none is sent twice.
 	warm := lockAcked(t, waiter, "warm")
@@ -1022,22 +1025,24 @@ func TestReplicaAckAcceptHandOverKept(t *testing.T) {
 	if err := warm.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	replica.Pause(t)
-	defer replica.Resume(t)
-
 	l, err := holder.Lock(ctx, "handed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := lockAsync(ctx, waiter, "handed", WithTTL(lease))
-	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "handed") == 1 })
-	// Release right after a check of the waiter's answered: it is then
-	// waiting, and takes the hand-over at once.
+	waitQueuedAndSubscribed(t, rdb, waiter, "handed")
+	// Pause the replica and release right after a check of the waiter's
+	// answered (quickly, the replica up): the waiter is then waiting a
+	// third of the queue TTL, and takes the hand-over from its message
+	// (with the replica paused, checks follow each other at once, and one
+	// would find the lock handed over itself).
 	select {
 	case <-checked.c:
 	default:
 	}
 	<-checked.c
+	replica.Pause(t)
+	defer replica.Resume(t)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1109,15 +1114,6 @@ func replicaAckWaiterKeepsPlace(t *testing.T, timeout time.Duration) {
 	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "q") == 1 })
 	k := holder.keys("q")
 	head := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
-	// expiry is when the entry runs out; 0 once it is gone.
-	expiry := func() int64 {
-		f := strings.Fields(rdb.HGet(ctx, k.waiters, head).Val())
-		if len(f) == 0 {
-			return 0
-		}
-		until, _ := strconv.ParseInt(f[0], 10, 64)
-		return until
-	}
 	// The entry written by the check that has just answered either runs
 	// out or is refreshed by the next check first; a few checks over (the
 	// first may be followed at once by another, when the subscription
@@ -1128,15 +1124,7 @@ func replicaAckWaiterKeepsPlace(t *testing.T, timeout time.Duration) {
 	}
 	for range 3 {
 		<-checked.c
-		until := expiry()
-		ranOut := false
-		waitUntil(t, 5*time.Second, "the queue entry to run out or be refreshed", func() bool {
-			now := rdb.Time(ctx).Val().UnixMilli()
-			e := expiry()
-			ranOut = e == 0 || now > e
-			return ranOut || e != until
-		})
-		if ranOut {
+		if !queueEntryRefreshed(t, rdb, k, head, queueEntryExpiry(t, rdb, k, head)) {
 			t.Fatal("the waiter's queue entry ran out between its checks: it lost its place")
 		}
 	}
@@ -1145,9 +1133,11 @@ func replicaAckWaiterKeepsPlace(t *testing.T, timeout time.Duration) {
 // heldCheck holds back the reply of the first acquire check pipelined once
 // armed (the script has run and its WAIT answered) until release is
 // closed: the check is in flight, for the client, all that time.
+// held, if not nil, is closed when the holding begins.
 type heldCheck struct {
 	testutil.PassHook
 	armed   atomic.Bool
+	held    chan struct{}
 	release chan struct{}
 }
 
@@ -1155,6 +1145,9 @@ func (h *heldCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		if a := cmds[0].Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == acquireScript.Hash() && h.armed.CompareAndSwap(true, false) {
+			if h.held != nil {
+				close(h.held)
+			}
 			<-h.release
 		}
 		return err
@@ -1341,4 +1334,73 @@ func TestSentinelDownLockLostAtLeaseEnd(t *testing.T) {
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", cause)
 	}
+}
+
+// A check whose reply comes late (a slow link), its script run long
+// before: the queue entry it wrote counts from then, so the waiter checks
+// again at once rather than a third of the queue TTL after the reply, by
+// when the entry would have run out and a release skipped the waiter.
+func TestWaiterLateReplyKeepsPlace(t *testing.T) {
+	ctx := context.Background()
+	// The replica answers: each WAIT is quick, and the checks pipelined.
+	master, _ := redistest.StartReplicated(t)
+	rdb := master.Client(t)
+	// Checks every 500 ms; the reply is held until 250 ms of the entry are
+	// left.
+	const queueTTL, left = 1500 * time.Millisecond, 250 * time.Millisecond
+	holder := newClientOn(t, rdb)
+	check := &heldCheck{held: make(chan struct{}), release: make(chan struct{})}
+	waiter, _ := hookedClient(t, master.Addr(), check, WithQueueTTL(queueTTL), WithReplicaAck(1, 100*time.Millisecond, AcceptAndReport))
+
+	const key = "late-reply"
+	l := mustLock(t, holder, key)
+	defer func() { _ = l.Unlock(ctx) }()
+	wctx, cancel := context.WithCancel(ctx)
+	got := lockAsync(wctx, waiter, key)
+	defer func() {
+		cancel()
+		<-got
+	}()
+	waitQueuedAndSubscribed(t, rdb, waiter, key)
+	check.armed.Store(true)
+	select {
+	case <-check.held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no check held")
+	}
+	k := holder.keys(key)
+	token := rdb.ZRange(ctx, k.queue, 0, 0).Val()[0]
+	until := queueEntryExpiry(t, rdb, k, token)
+	waitUntil(t, 5*time.Second, "the held reply's entry to near its end", func() bool {
+		return rdb.Time(ctx).Val().UnixMilli() >= until-left.Milliseconds()
+	})
+	close(check.release)
+	if !queueEntryRefreshed(t, rdb, k, token, until) {
+		t.Fatal("the waiter's queue entry ran out after a late reply: it lost its place")
+	}
+}
+
+// queueEntryExpiry returns when token's entry in k's queue runs out (Redis
+// time, ms); 0 once it is gone.
+func queueEntryExpiry(t *testing.T, rdb *redis.Client, k *lockKeys, token string) int64 {
+	f := strings.Fields(rdb.HGet(context.Background(), k.waiters, token).Val())
+	if len(f) == 0 {
+		return 0
+	}
+	until, _ := strconv.ParseInt(f[0], 10, 64)
+	return until
+}
+
+// queueEntryRefreshed waits until token's entry in k's queue, last seen to
+// run out at until, either runs out (false) or is refreshed (true).
+func queueEntryRefreshed(t *testing.T, rdb *redis.Client, k *lockKeys, token string, until int64) bool {
+	t.Helper()
+	ranOut := false
+	waitUntil(t, 5*time.Second, "the queue entry to run out or be refreshed", func() bool {
+		now := rdb.Time(context.Background()).Val().UnixMilli()
+		e := queueEntryExpiry(t, rdb, k, token)
+		ranOut = e == 0 || now > e
+		return ranOut || e != until
+	})
+	return !ranOut
 }
