@@ -135,6 +135,45 @@ func TestBadInputTable(t *testing.T) {
 			return l.Unlock(ctx)
 		}, nil},
 		{"Lock bad metadata", func() error { _, err := c.Lock(ctx, "k", WithMetadata("\xff")); return err }, ErrInvalidOption},
+		// The documented bounds are inclusive: [MinTTL, MaxTTL] for a lease,
+		// MaxKeyLen bytes for metadata.
+		{"Lock TTL MaxTTL, Extend to MaxTTL", func() error {
+			l, err := c.TryLock(ctx, "bounds", WithTTL(MaxTTL))
+			if err != nil {
+				return err
+			}
+			if err := l.Extend(ctx, MaxTTL); err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, nil},
+		{"Lock TTL MinTTL, Extend to MinTTL", func() error {
+			// A lease this short may run out before the next call on a
+			// loaded machine (ErrLockLost, ErrNotHeld): only a refusal of
+			// the lease itself is wrong. The Extend goes to a lock of the
+			// default lease, which cannot have run out first.
+			short, err := c.TryLock(ctx, "bounds", WithTTL(MinTTL))
+			if err == nil {
+				_ = short.Unlock(ctx)
+				var l *Lock
+				if l, err = c.TryLock(ctx, "bounds2"); err != nil {
+					return err
+				}
+				err = l.Extend(ctx, MinTTL)
+				_ = l.Unlock(ctx)
+			}
+			if errors.Is(err, ErrInvalidTTL) {
+				return err
+			}
+			return nil
+		}, nil},
+		{"Lock metadata of MaxKeyLen bytes", func() error {
+			l, err := c.TryLock(ctx, "bounds", WithMetadata(strings.Repeat("m", MaxKeyLen)))
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, nil},
 		{"Lock adaptive NaN margin", func() error {
 			_, err := c.Lock(ctx, "k", WithoutRenewal(), WithAdaptiveTTL(0, 0))
 			return err
@@ -290,6 +329,11 @@ func TestBadInputOptions(t *testing.T) {
 		{"WithQueueTTL negative", []Option{WithQueueTTL(-time.Second)}, ErrInvalidTTL},
 		{"WithQueueTTL zero", []Option{WithQueueTTL(0)}, ErrInvalidTTL},
 		{"WithQueueTTL huge", []Option{WithQueueTTL(1 << 62)}, ErrInvalidTTL},
+		// The bounds WithQueueTTL documents, [30 ms, 1 h], are inclusive.
+		{"WithQueueTTL 30ms", []Option{WithQueueTTL(3 * MinTTL)}, nil},
+		{"WithQueueTTL below 30ms", []Option{WithQueueTTL(3*MinTTL - 1)}, ErrInvalidTTL},
+		{"WithQueueTTL 1h", []Option{WithQueueTTL(time.Hour)}, nil},
+		{"WithQueueTTL past 1h", []Option{WithQueueTTL(time.Hour + 1)}, ErrInvalidTTL},
 		{"WithClientName bad UTF-8", []Option{WithClientName("\xff")}, ErrInvalidOption},
 		{"WithDegradedMode unknown", []Option{WithDegradedMode(9)}, ErrInvalidOption},
 		{"WithReplicaAck zero", []Option{WithReplicaAck(0, 0, 0)}, ErrInvalidOption},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -639,6 +640,118 @@ func TestRetryStrategyGivesUp(t *testing.T) {
 	}
 }
 
+// TryLock makes one attempt whatever WithRetry says (so does a
+// Semaphore's TryAcquire): a strategy that would wait for hours neither
+// holds it back nor leaves it queued.
+func TestTryLockIgnoresRetry(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "try-retry")
+	defer l.Unlock(ctx)
+	p, err := c.Semaphore("try-retry", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Unlock(ctx)
+	other := newClientOn(t, rdb)
+	for _, r := range []RetryStrategy{FixedRetry(time.Hour, 0), ExponentialRetry(time.Hour, time.Hour, 0)} {
+		for what, try := range map[string]func(context.Context) error{
+			"TryLock": func(ctx context.Context) error { _, err := other.TryLock(ctx, "try-retry", WithRetry(r)); return err },
+			"TryAcquire": func(ctx context.Context) error {
+				_, err := other.Semaphore("try-retry", 1).TryAcquire(ctx, 1, WithRetry(r))
+				return err
+			},
+		} {
+			// Bounded, so that a TryLock that waited fails instead of
+			// hanging for the strategy's hour.
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			start := time.Now()
+			err := try(tctx)
+			cancel()
+			if waited := time.Since(start); !errors.Is(err, ErrNotObtained) || waited > time.Second {
+				t.Errorf("%s with %T = %v after %v, want ErrNotObtained at once", what, r, err, waited)
+			}
+		}
+	}
+	if n := queued(t, rdb, c, "try-retry"); n != 0 {
+		t.Errorf("%d waiters left queued for the lock", n)
+	}
+	if n := rdb.ZCard(ctx, semKeys(c.Semaphore("try-retry", 1)).queue).Val(); n != 0 {
+		t.Errorf("%d waiters left queued for the semaphore", n)
+	}
+}
+
+// WithPrefix names every key a lock uses, and the channel its waiters
+// listen on: Clients of one prefix exclude each other, and a Client of
+// another prefix takes a lock of the same name as if the first did not
+// exist.
+func TestPrefixSeparatesLocks(t *testing.T) {
+	_, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	a1 := newClientOn(t, rdb, WithPrefix("a:"))
+	a2 := newClientOn(t, rdb, WithPrefix("a:"))
+	b := newClientOn(t, rdb, WithPrefix("b:"))
+	held := mustLock(t, a1, "job")
+	if _, err := a2.TryLock(ctx, "job"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock on a Client of the same prefix = %v, want ErrNotObtained", err)
+	}
+	other, err := b.TryLock(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryLock on a Client of another prefix = %v, want the lock", err)
+	}
+	defer other.Unlock(ctx)
+	got := lockAsync(ctx, a2, "job")
+	waitQueuedAndSubscribed(t, rdb, a2, "job")
+	keys := rdb.Keys(ctx, "*").Val()
+	channels := append(rdb.PubSubShardChannels(ctx, "*").Val(), rdb.PubSubChannels(ctx, "*").Val()...)
+	for _, name := range append(keys, channels...) {
+		if !strings.HasPrefix(name, "a:") && !strings.HasPrefix(name, "b:") {
+			t.Errorf("%q is under neither prefix (keys %q, channels %q)", name, keys, channels)
+		}
+	}
+	if len(channels) == 0 {
+		t.Error("no channel found for the queued waiter")
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.Receive(t, got, 5*time.Second, "the waiter of the same prefix")
+	if r.err != nil {
+		t.Fatalf("waiter = %v", r.err)
+	}
+	_ = r.l.Unlock(ctx)
+}
+
+// The names README's "How it works" gives, which operators' ACLs and tools
+// rely on: with the default prefix, a held lock K with a waiter uses
+// dlock:{K}, dlock:{K}:fence, dlock:{K}:queue and dlock:{K}:waiters, and
+// the waiter listens on dlock:{K}:wake:<id>.
+func TestDefaultNames(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	waiter := newClientOn(t, rdb)
+	l := mustLock(t, c, "order:42")
+	got := lockAsync(ctx, waiter, "order:42")
+	waitQueuedAndSubscribed(t, rdb, waiter, "order:42")
+	keys := rdb.Keys(ctx, "*").Val()
+	slices.Sort(keys)
+	if want := []string{"dlock:{order:42}", "dlock:{order:42}:fence", "dlock:{order:42}:queue", "dlock:{order:42}:waiters"}; !slices.Equal(keys, want) {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+	channels := append(rdb.PubSubShardChannels(ctx, "*").Val(), rdb.PubSubChannels(ctx, "*").Val()...)
+	if len(channels) != 1 || !strings.HasPrefix(channels[0], "dlock:{order:42}:wake:") {
+		t.Errorf("channels %q, want dlock:{order:42}:wake:<id>", channels)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.Receive(t, got, 5*time.Second, "the waiter")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.l.Unlock(ctx)
+}
+
 func TestDo(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
@@ -1134,6 +1247,52 @@ func TestExponentialBackoffNeverNegative(t *testing.T) {
 		if d, ok := r.Backoff(a); !ok || d < time.Second/2 {
 			t.Fatalf("Backoff(%d) = %v, %v: below base/2", a, d, ok)
 		}
+	}
+}
+
+// The built-in strategies keep the schedules their docs give:
+// FixedRetry(d, n) waits d before each of n re-checks, then gives up (n = 0:
+// never); ExponentialRetry draws re-check a's delay from [d/2, d], d being
+// base doubled a-1 times and capped at max, and gives up after its n;
+// NoRetry gives up at once.
+func TestRetryStrategiesKeepTheirSchedule(t *testing.T) {
+	if _, ok := NoRetry().Backoff(1); ok {
+		t.Error("NoRetry asks for a re-check")
+	}
+	const ms = time.Millisecond
+	fixed := FixedRetry(10*ms, 3)
+	for a := 1; a <= 3; a++ {
+		if d, ok := fixed.Backoff(a); !ok || d != 10*ms {
+			t.Errorf("FixedRetry(10ms, 3).Backoff(%d) = %v, %v; want 10ms, true", a, d, ok)
+		}
+	}
+	if _, ok := fixed.Backoff(4); ok {
+		t.Error("FixedRetry(10ms, 3) asks for a 4th re-check")
+	}
+	if d, ok := FixedRetry(ms, 0).Backoff(1 << 20); !ok || d != ms {
+		t.Errorf("FixedRetry(1ms, 0).Backoff(2^20) = %v, %v; want no limit", d, ok)
+	}
+	exp := ExponentialRetry(10*ms, 100*ms, 6)
+	for a := 1; a <= 6; a++ {
+		want := min(10*ms<<(a-1), 100*ms)
+		lo, hi := want, time.Duration(0)
+		for range 200 {
+			d, ok := exp.Backoff(a)
+			if !ok || d < want/2 || d > want {
+				t.Fatalf("ExponentialRetry(10ms, 100ms, 6).Backoff(%d) = %v, %v; want within [%v, %v]", a, d, ok, want/2, want)
+			}
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		// Drawn, so that waiters backing off together spread out.
+		if hi-lo < want/4 {
+			t.Errorf("Backoff(%d) stayed within [%v, %v] in 200 draws: not spread over [%v, %v]", a, lo, hi, want/2, want)
+		}
+	}
+	if _, ok := exp.Backoff(7); ok {
+		t.Error("ExponentialRetry(10ms, 100ms, 6) asks for a 7th re-check")
+	}
+	if _, ok := ExponentialRetry(ms, ms, 0).Backoff(1 << 20); !ok {
+		t.Error("ExponentialRetry(1ms, 1ms, 0) gives up: 0 means no limit")
 	}
 }
 

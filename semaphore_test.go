@@ -163,6 +163,62 @@ func TestSemaphoreServesWaitersInOrder(t *testing.T) {
 	_ = sm.Unlock(ctx)
 }
 
+// A TryAcquire that finds a holder's lease run out and a waiter queued
+// whose request now fits never overtakes it, yet is not refused for it
+// either: the attempt grants the waiter first, then itself from what is
+// left (TryAcquire's doc). The waiter's own checks are held back meanwhile,
+// so that only the TryAcquire can have granted it.
+func TestSemaphoreTryAcquireGrantsQueuedWaitersFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var armed atomic.Bool
+	hold := make(chan struct{})
+	waiterC, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{permitsAcquireEval.sha: func() error {
+		if armed.Load() {
+			<-hold
+		}
+		return nil
+	}}}, noPolling)
+	rdb := srv.Client(t)
+	c := newClientOn(t, rdb)
+	s := c.Semaphore("pool", 4)
+	dead, err := s.Acquire(ctx, 2, WithTTL(300*time.Millisecond), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := waiterC.Semaphore("pool", 4)
+	got := acquireAsync(ctx, waiter, 3) // 2 of 4 free: it queues
+	waitSemQueued(t, rdb, waiter, 1)
+	armed.Store(true)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	defer release()
+	testutil.Receive(t, dead.Done(), 5*time.Second, "the holder's lease to run out")
+	waitUntil(t, 5*time.Second, "Redis to free the holder's permits", func() bool {
+		n, err := s.Available(ctx)
+		return err == nil && n != 2
+	})
+	l, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("TryAcquire(1) with 4 free and a waiter for 3 first in line = %v, want the waiter granted, then this", err)
+	}
+	defer l.Unlock(ctx)
+	if n, err := s.Available(ctx); err != nil || n != 0 {
+		t.Errorf("Available after the TryAcquire = %d, %v; want 0 (3 to the waiter, 1 to TryAcquire)", n, err)
+	}
+	release()
+	w := received(t, got, "the waiter granted by the TryAcquire")
+	if w.Fence() >= l.Fence() {
+		t.Errorf("waiter's fence %d not below the TryAcquire's %d: not granted first", w.Fence(), l.Fence())
+	}
+	_ = w.Unlock(ctx)
+}
+
 func TestSemaphoreWaiterGivingUpLetsOthersIn(t *testing.T) {
 	c, rdb, srv := newTestClient(t, noPolling)
 	ctx := context.Background()

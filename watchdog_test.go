@@ -129,6 +129,52 @@ func TestExtendWithEndedContextChangesNothing(t *testing.T) {
 	}
 }
 
+// Extend makes its lease the lock's: the watchdog renews the lock for it
+// from then on, and a fixed lease (WithoutRenewal) is trusted until the
+// extended lease runs out, not the first one. Time is the subject here:
+// the test waits past the first lease.
+func TestExtendSetsTheLeaseKept(t *testing.T) {
+	ctx := context.Background()
+	t.Run("renewed", func(t *testing.T) {
+		c, rdb, _ := newTestClient(t)
+		const extended = 1500 * time.Millisecond // renewed every 500 ms
+		l := mustLock(t, c, "extend-renewed", WithTTL(300*time.Millisecond))
+		defer l.Unlock(ctx)
+		if err := l.Extend(ctx, extended); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lock lost after Extend: %v", context.Cause(l.Context()))
+		case <-time.After(1200 * time.Millisecond):
+		}
+		// Renewed for the extended lease at least once since (at 500 ms
+		// or 1 s): left untouched, or renewed for 300 ms (which does not
+		// shorten a longer lease), it would have 300 ms left.
+		if pttl := rdb.PTTL(ctx, c.keys("extend-renewed").lock).Val(); pttl < extended*2/5 {
+			t.Errorf("PTTL 1.2 s after Extend(%v) = %v: the watchdog does not renew for the extended lease", extended, pttl)
+		}
+	})
+	t.Run("fixed", func(t *testing.T) {
+		c, _, _ := newTestClient(t)
+		l := mustLock(t, c, "extend-fixed", WithTTL(200*time.Millisecond), WithoutRenewal())
+		defer l.Unlock(ctx)
+		start := time.Now()
+		if err := l.Extend(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("fixed lease extended to 1 s lost after %v: %v", time.Since(start), context.Cause(l.Context()))
+		case <-time.After(500 * time.Millisecond):
+		}
+		testutil.Receive(t, l.Done(), 5*time.Second, "the end of the extended lease")
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", cause)
+		}
+	})
+}
+
 // A renewal that runs after our own release, while its reply is on the
 // way, finds the lock gone. That is no loss: Unlock succeeds, the lock's
 // context ends with ErrReleased, and a retried Unlock (the first reply was

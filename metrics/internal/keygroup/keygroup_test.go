@@ -40,6 +40,23 @@ func TestMapperCapsGroups(t *testing.T) {
 	}
 }
 
+// Without a limit of its own (the metrics packages' WithMaxGroups unset),
+// a Mapper keeps DefaultMax (100) groups, as the metrics docs promise.
+func TestMapperDefaultCap(t *testing.T) {
+	m := New(func(key string) string { return key }, 0)
+	for i := range DefaultMax {
+		if g := m.Group("k" + strconv.Itoa(i)); g != "k"+strconv.Itoa(i) {
+			t.Fatalf("group %d of %d = %q", i+1, DefaultMax, g)
+		}
+	}
+	if g := m.Group("one-more"); g != OtherGroup {
+		t.Errorf("group %d = %q, want %q", DefaultMax+1, g, OtherGroup)
+	}
+	if DefaultMax != 100 {
+		t.Errorf("DefaultMax = %d, documented as 100", DefaultMax)
+	}
+}
+
 // Keys are any bytes; label values must be UTF-8 (Prometheus panics on
 // others, inside the caller's Lock).
 func TestGroupIsValidUTF8(t *testing.T) {
