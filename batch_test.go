@@ -694,3 +694,53 @@ func TestBatchPanicWithNoCallerLeftIsLogged(t *testing.T) {
 		return r == 0 && q == 0
 	})
 }
+
+// A waiter's check made again while it waits runs on a goroutine of its
+// own (waitingCall): a panic there (a go-redis hook's) that comes once the
+// waiter has stopped waiting for it is logged through the Client's
+// logger, on a Cluster too, whose batcher sends no pipelines of its own.
+func TestWaitingCheckPanicWithNoCallerLeftIsLogged(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+			ctx := context.Background()
+			var logs syncBuffer
+			// The waiter's second check (the first made again) is held
+			// until the waiter has gone, then panics.
+			var checks atomic.Int32
+			reached, released := make(chan struct{}), make(chan struct{})
+			hook := scriptHook{before: map[string]func() error{acquireEval.sha: func() error {
+				if checks.Add(1) == 2 {
+					close(reached)
+					<-released
+					panic("hook bug")
+				}
+				return nil
+			}}}
+			opts := []Option{WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithQueueTTL(300 * time.Millisecond)}
+			var c, holder *Client
+			if cluster {
+				cl := redistest.StartCluster(t, 3)
+				rc := cl.Client(t)
+				rc.AddHook(hook)
+				c, holder = newClientOn(t, rc, opts...), newClientOn(t, cl.Client(t))
+			} else {
+				srv := redistest.Start(t)
+				c, _ = hookedClient(t, srv.Addr(), hook, opts...)
+				holder = newClientOn(t, srv.Client(t))
+			}
+			held := mustLock(t, holder, "k")
+			defer held.Unlock(ctx)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			got := lockAsync(wctx, c, "k")
+			testutil.Receive(t, reached, 5*time.Second, "the waiter's check made again")
+			cancel()
+			r := testutil.Receive(t, got, endedUnlockWait+5*time.Second, "Lock to return at its ctx's end")
+			if !errors.Is(r.err, context.Canceled) {
+				t.Errorf("Lock whose check was held back = %v, want Canceled", r.err)
+			}
+			close(released)
+			waitUntil(t, 5*time.Second, "the panic logged", func() bool { return strings.Contains(logs.String(), "hook bug") })
+		})
+	}
+}

@@ -722,3 +722,30 @@ func TestShorteningExtendDuringHungUnlockAfterClose(t *testing.T) {
 	held.release()
 	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
 }
+
+// An Extend to a longer lease after Close, while the lock's Unlock hangs,
+// moves the end Close set for the lock to the new lease's deadline: the
+// lock is still held in Redis, and its Context must not end as if the
+// old lease had run out.
+func TestLengtheningExtendDuringHungUnlockAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	held := newHeldCall(nil)
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseScript.Hash(): held.run}})
+	ctx := context.Background()
+	const short = 300 * time.Millisecond
+	l := mustLock(t, c, "k", WithTTL(short))
+	unlocked := unlockHeldBack(l, held)
+	defer func() { _ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock") }()
+	defer held.release()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend after Close: %v", err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the Context ended at the old lease's deadline although Extend set a lease of 10s: %v", context.Cause(l.Context()))
+	case <-time.After(3 * short):
+	}
+}

@@ -1235,6 +1235,56 @@ func TestCloseBoundedWhenNodeRequestsNeverEnd(t *testing.T) {
 	}
 }
 
+// stuckRetry is a RetryStrategy whose Backoff does not return until
+// released is closed: the Lock call asking it stays under way, for
+// dlock.Client.Close and for Redlock's own Close alike.
+type stuckRetry struct{ entered, released chan struct{} }
+
+func (r stuckRetry) Backoff(int) (time.Duration, bool) {
+	close(r.entered)
+	<-r.released
+	return time.Millisecond, true
+}
+
+// dlock.Client.Close's 5 s bound counts the backend's own shutdown: a
+// Lock call that does not end holds up Redlock's Close, which is given up
+// on at the bound, and the wait for the Client's calls under way must not
+// start a bound of its own after it.
+func TestCloseBoundedWhenBackendCloseAndCallsHang(t *testing.T) {
+	cl := startCluster(t, 3)
+	c, err := redlock.New(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, rdb := range cl.rdbs[:2] { // held by another owner on a majority
+		rdb.HSet(ctx, lockKey("job"), "x", 1, ":at", 0)
+		rdb.PExpire(ctx, lockKey("job"), time.Minute)
+	}
+	retry := stuckRetry{entered: make(chan struct{}), released: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "job", dlock.WithRetry(retry))
+		errc <- err
+	}()
+	testutil.Receive(t, retry.entered, 5*time.Second, "the Lock call to ask its RetryStrategy")
+	start, closed := closeInBackground(c)
+	select {
+	case <-closed:
+	case <-time.After(9 * time.Second):
+	}
+	d := time.Since(start)
+	close(retry.released)
+	<-closed
+	// About 5 s; two bounds one after the other would take 10.
+	if d > 7*time.Second {
+		t.Errorf("Close took %v, want 5 s at most", d.Round(time.Millisecond))
+	}
+	if err := testutil.Receive(t, errc, 5*time.Second, "the Lock call"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Lock under way at Close = %v, want ErrClosed", err)
+	}
+}
+
 // closeInBackground begins c.Close, and returns when it began and a
 // channel closed once it returned.
 func closeInBackground(c *dlock.Client) (time.Time, <-chan struct{}) {
