@@ -235,7 +235,7 @@ func (c *Client) handOut(ctx, actx context.Context, x *holdExtra, req *backend.R
 					switch {
 					case c.dog.remove(h):
 						_, _ = c.release(uctx, h, 1)
-						cause := fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, errReleasePanicked)
+						cause := fmt.Errorf("%w: %w: %w", h.lostErr(), errReleaseFailed, errReleasePanicked)
 						h.cancel(cause)
 						c.observeLost(h, cause)
 					case !unlocked:

@@ -155,7 +155,8 @@ func (c *Client) Close() error {
 // noPanic runs f, work of one of the Client's own goroutines (the
 // watchdog's) that calls the application's code: the Observer, the
 // logger's handler. A panic there has no caller to go to, and would end
-// the process: it is logged instead, and the goroutine goes on.
+// the process: it is logged instead, and the goroutine goes on. So is one
+// of the handler at a loss's record on any goroutine (watchdog.end).
 func (c *Client) noPanic(what string, f func()) {
 	if p := backend.Run(f); p != nil {
 		p.Log(c.log, "dlock: panic in the "+what)

@@ -254,11 +254,16 @@ func (h *hold) endsLocal() {
 // returned.
 func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err error, ended bool) {
 	x := h.x
-	if x == nil {
+	// Without x, no Observer: only Debug logging, looked at now, not at
+	// the grant (a slog.LevelVar may have turned it on since).
+	if x == nil && !c.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	held := x.held()
-	e := ReleaseEndEvent{Key: h.lease.Key, Kind: h.kind, Level: level, Held: held, Degraded: x.degraded, Ended: ended, Err: err}
+	e := ReleaseEndEvent{Key: h.lease.Key, Kind: h.kind, Level: level, Held: held, Ended: ended, Err: err}
+	if x != nil {
+		e.Degraded = x.degraded
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
@@ -270,8 +275,12 @@ func (c *Client) releaseEnd(ctx, rctx context.Context, h *hold, level int, err e
 		c.ext.obs.ReleaseEnd(rctx, e)
 	}
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", withError([]slog.Attr{slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("hold_level", level),
-			slog.Duration("held", held), slog.String("outcome", e.Outcome.String())}, err)...)
+		attrs := append(make([]slog.Attr, 0, 6), slog.String("key", e.Key), slog.String("kind", e.Kind), slog.Int("hold_level", level))
+		if x != nil { // the grant's time is read only for a hold with x
+			attrs = append(attrs, slog.Duration("held", held))
+		}
+		attrs = append(attrs, slog.String("outcome", e.Outcome.String()))
+		c.log.LogAttrs(ctx, slog.LevelDebug, "dlock: released", withError(attrs, err)...)
 	}
 }
 

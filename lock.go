@@ -326,7 +326,7 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 			// else's already; if not, a caller that does not try again
 			// (a deferred Unlock) must not leave it renewed until Close.
 			// Renewed no more, it is freed when its lease runs out.
-			lost = fmt.Errorf("%w: %w: %w", ErrLockLost, errReleaseFailed, err)
+			lost = fmt.Errorf("%w: %w: %w", l.h.lostErr(), errReleaseFailed, err)
 			l.c.dog.end(l.h, lost)
 		} else if l.level == 1 {
 			// A renewal met this release before its reply was lost.
@@ -351,9 +351,9 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 			// Lost: declared so before (a renewal found it gone, its lease
 			// ran out), or now, found gone while still trusted (an
 			// operator's ForceRelease, a deleted key).
-			err = fmt.Errorf("%w: %w", err, ErrLockLost)
+			err = fmt.Errorf("%w: %w", err, l.h.lostErr())
 		}
-		cause := fmt.Errorf("%w: found released at unlock", ErrLockLost)
+		cause := fmt.Errorf("%w: found released at unlock", l.h.lostErr())
 		if l.c.dog.remove(l.h) { // not declared lost yet: report it
 			lost = cause
 		} else if wasLive && l.level == 1 && errors.Is(context.Cause(l.h.ctx), ErrReleased) {
@@ -403,7 +403,7 @@ func (l *Lock) lost(op string) error {
 		l.h.cancel(ErrReleased)
 		return fmt.Errorf("dlock: %s %q: %w", op, l.Key(), ErrReleased)
 	}
-	cause := fmt.Errorf("%w: %s found another owner or none", ErrLockLost, op)
+	cause := fmt.Errorf("%w: %s found another owner or none", l.h.lostErr(), op)
 	if l.c.dog.remove(l.h) { // not already declared lost (or released)
 		l.c.dog.lose(l.h, cause)
 	}

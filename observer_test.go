@@ -355,6 +355,7 @@ func TestHooksCostNothingWhenOff(t *testing.T) {
 		c.acquireEnd(actx, x, &req, l.h, nil)
 		_ = x.granted()
 		c.reentered(ctx, l.h, l, nil)
+		c.releaseEnd(ctx, c.releaseStart(ctx, l.h, 1), l.h, 1, nil, true)
 		c.renewed(due, outcomes)
 		c.observeLost(l.h, ErrLockLost)
 		_ = c.beFor(l.h)
@@ -449,6 +450,39 @@ func TestLogLevels(t *testing.T) {
 	}
 	if buf.String() != "" {
 		t.Errorf("Info-level log of a normal lock: %s", buf.String())
+	}
+}
+
+// Debug logging turned on while a lock is held (a slog.LevelVar set at
+// run time) logs its release: the level is read at the release, not at
+// the grant.
+func TestReleaseLoggedAtDebugTurnedOnWhileHeld(t *testing.T) {
+	var buf syncBuffer
+	var level slog.LevelVar // Info
+	c, _, _ := newTestClient(t, WithLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: &level}))))
+	ctx := context.Background()
+	l := mustLock(t, c, "k")
+	p, err := c.Semaphore("k", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level.Set(slog.LevelDebug)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := map[string]bool{}
+	if buf.String() != "" {
+		for _, r := range logRecords(t, &buf) {
+			if r.Msg == "dlock: released" && r.Key == "k" {
+				released[r.Kind] = true
+			}
+		}
+	}
+	if !released["lock"] || !released["semaphore"] {
+		t.Errorf("released records of kinds %v, want lock and semaphore:\n%s", released, buf.String())
 	}
 }
 
@@ -1241,6 +1275,70 @@ func TestObserversPanicInLostStillTellsEachLossOfARound(t *testing.T) {
 	mustLock(t, c, "z", WithTTL(100*time.Millisecond), WithoutRenewal())
 	waitUntil(t, 5*time.Second, "the three losses to be reported", func() bool {
 		return rec.count(func(r *recorder) int { return len(r.losts) }) == 3
+	})
+}
+
+// panicOnLossLog is a log handler that panics at the record of a lost
+// lock, as a faulty handler or sink may; it drops the other records.
+type panicOnLossLog struct{}
+
+func (panicOnLossLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h panicOnLossLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h panicOnLossLog) WithGroup(string) slog.Handler          { return h }
+
+func (panicOnLossLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "dlock: lock lost" {
+		panic("log handler bug")
+	}
+	return nil
+}
+
+// A panic in the log handler at the "lock lost" warning must not keep the
+// loss from the Observer (a gauge of held locks would count the lock held
+// for good), as a panic in Lost for another lock does not: whether the
+// watchdog found it (each lock of its round), Close ended it, or Unlock
+// found it gone.
+func TestLossLogPanicStillTellsTheObserver(t *testing.T) {
+	ctx := context.Background()
+	losts := func(rec *recorder) int { return rec.count(func(r *recorder) int { return len(r.losts) }) }
+	newClient := func(t *testing.T) (*Client, *recorder) {
+		rec := &recorder{}
+		c, _, _ := newTestClient(t, WithObserver(rec), WithLogger(slog.New(panicOnLossLog{})))
+		return c, rec
+	}
+	t.Run("watchdog", func(t *testing.T) {
+		c, rec := newClient(t)
+		a := mustLock(t, c, "a", WithTTL(100*time.Millisecond), WithoutRenewal())
+		b := mustLock(t, c, "b", WithTTL(100*time.Millisecond), WithoutRenewal())
+		<-a.Done()
+		<-b.Done()
+		waitUntil(t, 5*time.Second, "both losses to be reported", func() bool { return losts(rec) == 2 })
+	})
+	t.Run("close", func(t *testing.T) {
+		c, rec := newClient(t)
+		mustLock(t, c, "a")
+		mustLock(t, c, "b")
+		if p := backend.Run(func() { _ = c.Close() }); p != nil {
+			t.Errorf("Close panicked: %v", p.Value)
+		}
+		if n := losts(rec); n != 2 {
+			t.Errorf("the Observer heard %d losses, want 2: Close ended both locks", n)
+		}
+	})
+	t.Run("unlock", func(t *testing.T) {
+		c, rec := newClient(t)
+		l := mustLock(t, c, "k")
+		if err := c.ForceRelease(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if p := backend.Run(func() { err = l.Unlock(ctx) }); p != nil {
+			t.Fatalf("Unlock panicked: %v", p.Value)
+		}
+		if !errors.Is(err, ErrLockLost) {
+			t.Errorf("Unlock = %v, want an error wrapping ErrLockLost", err)
+		}
+		checkEndedOnce(t, rec, true)
 	})
 }
 

@@ -61,8 +61,10 @@ func WithPrefix(prefix string) Option {
 // watchdog's goroutine, which has no caller to go to (the handler's, an
 // Observer's, or a go-redis hook's at a renewal, which then counts as
 // unanswered), is logged at level Error with its stack, and the watchdog
-// goes on; one the handler raises while logging it is dropped. The
-// renewals of one round that got no answer are one record per error,
+// goes on; one the handler raises while logging it is dropped. A panic of
+// the handler at a lost lock's warning is logged so too, not raised, on
+// any goroutine (Close's, Unlock's): the Observer still hears of the loss.
+// The renewals of one round that got no answer are one record per error,
 // with the number of locks and the first one's key: an outage does not
 // log a warning per lock held.
 func WithLogger(l *slog.Logger) Option {

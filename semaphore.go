@@ -27,10 +27,12 @@ const MaxPermits = 1 << 40
 // golang.org/x/sync/semaphore).
 //
 // Permits are held like a lock: they are lost, and their Lock's Context
-// is cancelled with ErrLockLost, when a renewal finds them gone or their
-// lease runs out unrenewed (the other holders keep theirs); Close stops
-// renewing them and cancels their Contexts, and they come back when their
-// leases run out, or at an Unlock made after Close.
+// is cancelled with ErrLockLost (an error that matches it, and says
+// `dlock: permits of semaphore "name" lost`, or of rwmutex for an
+// RWMutex's), when a renewal finds them gone or their lease runs out
+// unrenewed (the other holders keep theirs); Close stops renewing them and
+// cancels their Contexts, and they come back when their leases run out, or
+// at an Unlock made after Close.
 //
 // Every Client using a semaphore's name must give it the same capacity:
 // while any permits are held, Acquire and TryAcquire with another capacity

@@ -404,6 +404,73 @@ func TestSemaphoreRenewedAndLost(t *testing.T) {
 	}
 }
 
+// Lost permits say whose they are: their cause (and the errors that carry
+// it) names the semaphore, or the RWMutex, not a lock, on every path that
+// finds them lost; it still matches ErrLockLost.
+func TestLostPermitsNameTheirSemaphore(t *testing.T) {
+	ctx := context.Background()
+	errFail := errors.New("reply lost")
+	paths := []struct {
+		name string
+		// lose loses l, and returns the error of the call that found it
+		// lost, if any.
+		lose func(t *testing.T, c *Client, kind string, l *Lock, arm func()) error
+		opts []LockOption
+	}{
+		{"lease ran out", func(t *testing.T, _ *Client, _ string, l *Lock, _ func()) error {
+			<-l.Done()
+			return nil
+		}, []LockOption{WithTTL(100 * time.Millisecond), WithoutRenewal()}},
+		{"renewal found them gone", func(t *testing.T, c *Client, kind string, l *Lock, _ func()) error {
+			forceRelease(t, c, kind, l)
+			<-l.Done()
+			return nil
+		}, []LockOption{WithTTL(300 * time.Millisecond)}},
+		{"extend found them gone", func(t *testing.T, c *Client, kind string, l *Lock, _ func()) error {
+			forceRelease(t, c, kind, l)
+			return l.Extend(ctx, time.Second)
+		}, []LockOption{WithoutRenewal()}},
+		{"unlock found them gone", func(t *testing.T, c *Client, kind string, l *Lock, _ func()) error {
+			forceRelease(t, c, kind, l)
+			return l.Unlock(ctx)
+		}, []LockOption{WithoutRenewal()}},
+		{"release failed", func(t *testing.T, _ *Client, _ string, l *Lock, arm func()) error {
+			arm()
+			_ = l.Unlock(ctx) // the release's error: its cause is the Context's
+			return nil
+		}, nil},
+		{"closed", func(t *testing.T, c *Client, _ string, l *Lock, _ func()) error {
+			_ = c.Close()
+			return nil
+		}, nil},
+	}
+	for _, tk := range permitTakers {
+		for _, path := range paths {
+			t.Run(tk.name+"/"+path.name, func(t *testing.T) {
+				srv := redistest.Start(t)
+				fail, arm := failNext(errFail)
+				c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{permitsReleaseEval.sha: fail}})
+				l, err := tk.take(ctx, c, "k", true, path.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				callErr := path.lose(t, c, tk.kind, l, arm)
+				want := fmt.Sprintf("permits of %s %q lost", tk.kind, "k")
+				check := func(what string, err error) {
+					t.Helper()
+					if !errors.Is(err, ErrLockLost) || !strings.Contains(fmt.Sprint(err), want) || strings.Contains(fmt.Sprint(err), ErrLockLost.Error()) {
+						t.Errorf("%s = %v, want an error wrapping ErrLockLost that says %q", what, err, want)
+					}
+				}
+				check("the Context's cause", context.Cause(l.Context()))
+				if callErr != nil {
+					check("the call's error", callErr)
+				}
+			})
+		}
+	}
+}
+
 func TestSemaphoreExtendAndTTL(t *testing.T) {
 	c, _, _ := newTestClient(t)
 	ctx := context.Background()

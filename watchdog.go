@@ -65,6 +65,15 @@ func (h *hold) trust(start time.Time, d time.Duration) {
 	h.renewErr = nil // the lease was reset since: not why it may run out
 }
 
+// lostErr is ErrLockLost as h's loss says it: for permits, naming their
+// semaphore (permitsLost).
+func (h *hold) lostErr() error {
+	if h.kind == kindOf(nil) {
+		return ErrLockLost
+	}
+	return permitsLost{h.kind, h.lease.Key}
+}
+
 // changeLevel runs change, a re-entry or an inner release, given the hold
 // count last returned, with no other level change of h under way, and
 // records the count it returns. Waiting for a change under way honours
@@ -396,7 +405,7 @@ func (w *watchdog) close() map[*hold]error {
 	w.holds = map[*hold]struct{}{}
 	lost := make(map[*hold]error, len(holds))
 	for h := range holds {
-		cause := fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+		cause := fmt.Errorf("%w: %w", h.lostErr(), ErrClosed)
 		switch {
 		case h.releasing:
 			// Its Unlock, under way, settles it: released, or given up
@@ -413,7 +422,7 @@ func (w *watchdog) close() map[*hold]error {
 			h.expiry = time.AfterFunc(time.Until(h.deadline), func() {
 				if w.remove(h) {
 					w.c.noPanic("watchdog", func() {
-						w.lose(h, fmt.Errorf("%w: %w: the lease ran out before its Unlock was answered", ErrLockLost, ErrClosed))
+						w.lose(h, fmt.Errorf("%w: %w: the lease ran out before its Unlock was answered", h.lostErr(), ErrClosed))
 					})
 				}
 			})
@@ -483,10 +492,15 @@ func (w *watchdog) endAll(lost map[*hold]error) {
 	}
 }
 
-// end ends h as lost with cause, without telling the Observer.
+// end ends h as lost with cause, without telling the Observer. A panic of
+// the log's handler is logged, not raised, wherever the loss is found: it
+// must keep no loss from the Observer (loseAll, Close, Unlock), nor leave
+// mu held (close).
 func (w *watchdog) end(h *hold, cause error) {
 	h.cancel(cause)
-	w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "kind", h.kind, "fence", h.fence, "cause", cause)
+	w.c.noPanic("logger", func() {
+		w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "kind", h.kind, "fence", h.fence, "cause", cause)
+	})
 }
 
 // nextEvent is when h next needs the loop: its renewal, or its deadline.
@@ -647,9 +661,9 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 			if h.renewErr != nil && why == ranOut {
 				// Say why: a failover under way (READONLY), too few
 				// replicas (ErrNotReplicated), Redis unreachable.
-				lost[h] = fmt.Errorf("%w: %s, the last renewal failed: %w", ErrLockLost, why, h.renewErr)
+				lost[h] = fmt.Errorf("%w: %s, the last renewal failed: %w", h.lostErr(), why, h.renewErr)
 			} else {
-				lost[h] = fmt.Errorf("%w: %s", ErrLockLost, why)
+				lost[h] = fmt.Errorf("%w: %s", h.lostErr(), why)
 			}
 			delete(w.holds, h)
 			continue
@@ -763,7 +777,7 @@ func (w *watchdog) renew(due []*hold) {
 				released = append(released, h)
 				continue
 			}
-			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", ErrLockLost)
+			lost[h] = fmt.Errorf("%w: another owner holds the key, or it expired", h.lostErr())
 			delete(w.holds, h)
 		default:
 			// Try again soon, within the lease trusted now (a hand-over's
