@@ -15,6 +15,12 @@ type signalError struct{ sig os.Signal }
 
 func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
 
+// lockRequestTimeout bounds each request run makes before it holds the
+// lock (a check of the lock's queue, the leaving of it), as long as the
+// library gives a batched round trip of such checks: go-redis would
+// otherwise wait as long as the URL's read_timeout says, or forever.
+const lockRequestTimeout = 2 * pingTimeout
+
 // errWaitedTooLong is the cause of a wait ended by --wait.
 var errWaitedTooLong = errors.New("--wait ran out")
 
@@ -97,6 +103,9 @@ func (a *app) acquire(ctx context.Context, c *conn, f runFlags, key string) (*dl
 		return nil, exitf(exitNotObtained, "%s; not obtained within --wait %v", held(), f.wait)
 	case ctx.Err() != nil:
 		return nil, context.Cause(ctx) // a signal: the caller says so
+	case errors.Is(err, context.DeadlineExceeded):
+		// A request's own (lockRequestTimeout): Redis hangs.
+		return nil, exitf(exitUnavailable, "%v (no answer from Redis within %v)", err, lockRequestTimeout)
 	default:
 		return nil, redisFailure(err)
 	}

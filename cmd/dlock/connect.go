@@ -44,9 +44,15 @@ type connFlags struct {
 	poolSize int
 	// bound, if not 0, is each request's deadline (requestBound), kept
 	// even in the middle of a read: a command that must end on a hung
-	// server (inspect, list, release) sets it, whatever the URL's
-	// read_timeout lets go-redis wait.
+	// server (inspect, list, release; run until it holds the lock) sets
+	// it, whatever the URL's read_timeout lets go-redis wait.
 	bound time.Duration
+	// boundMarked keeps bound to the requests made with a context from
+	// boundRequests (run's, until it holds the lock). The others keep to
+	// the deadline their context carries, which go-redis then honours
+	// even in the middle of a read (ContextTimeoutEnabled): the library's
+	// own for a renewal or a release.
+	boundMarked bool
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -214,7 +220,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 		if bounded {
 			// Each master's own client too: list's SCAN goes to each
 			// directly (ForEachMaster), not through the cluster's hooks.
-			cc.OnNewNode(func(n *redis.Client) { n.AddHook(requestBound(f.bound)) })
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(requestBound{f.bound, f.boundMarked}) })
 		}
 		rdb, desc = cc, "Redis Cluster "+strings.Join(f.cluster, ",")
 	case f.sentinelMaster != "":
@@ -231,7 +237,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 		rdb = redis.NewClient(o)
 	}
 	if bounded {
-		rdb.AddHook(requestBound(f.bound))
+		rdb.AddHook(requestBound{f.bound, f.boundMarked})
 	}
 	return rdb, desc, nil
 }

@@ -54,6 +54,14 @@ func TestBadInput(t *testing.T) {
 		{"permits without capacity", nil, []string{"run", "--permits", "2", "k", "--", "true"}, exitUsage, "--permits needs --capacity"},
 		{"negative capacity", nil, []string{"run", "--capacity", "-1", "k", "--", "true"}, exitUsage, "--capacity -1: must be between 1 and 1099511627776"},
 		{"capacity 0", nil, []string{"run", "--capacity", "0", "k", "--", "true"}, exitUsage, "--capacity 0: must be between 1 and 1099511627776"},
+		// pflag says strconv's "value out of range" for a number past int64.
+		{"capacity past int64", nil, []string{"run", "--capacity", "99999999999999999999", "k", "--", "true"}, exitUsage, "dlock: --capacity 99999999999999999999: must be between 1 and 1099511627776 (see 'dlock run --help')"},
+		{"negative capacity past int64", nil, []string{"inspect", "--capacity", "-99999999999999999999", "k"}, exitUsage, "dlock: --capacity -99999999999999999999: must be between 1 and 1099511627776 (see 'dlock inspect --help')"},
+		{"capacity past int64, missing --", nil, []string{"run", "--capacity", "99999999999999999999", "k", "true"}, exitUsage, "(--capacity 99999999999999999999: must be between 1 and 1099511627776)"},
+		{"permits past int64", nil, []string{"run", "--capacity", "2", "--permits", "99999999999999999999", "k", "--", "true"}, exitUsage, "dlock: --permits 99999999999999999999: out of range (see 'dlock run --help')"},
+		{"capacity not a number", nil, []string{"release", "--force", "--capacity", "3x", "k"}, exitUsage, `dlock: invalid argument "3x" for "--capacity" flag: not a whole number (see 'dlock release --help')`},
+		// Renewals are cut at their own 5 s, whatever the URL's read_timeout.
+		{"replica timeout past a renewal's", nil, []string{"--redis", redisURL(stopped.Addr()) + "?read_timeout=10s", "run", "--replica-ack", "1", "--replica-timeout", "5s", "--ttl", "30s", "k", "--", "true"}, exitUsage, "--replica-timeout 5s: at most 3.65s (with the 100ms Redis may add, 3/4 of the 5s each renewal is given)"},
 		{"more permits than capacity", nil, []string{"run", "--capacity", "2", "--permits", "3", "k", "--", "true"}, exitUsage, "--permits 3: must be between 1 and --capacity 2"},
 		{"0 permits", nil, []string{"run", "--capacity", "2", "--permits", "0", "k", "--", "true"}, exitUsage, "--permits 0: must be between 1 and --capacity 2"},
 		{"missing --", nil, []string{"run", "k", "echo", "hi"}, exitUsage, "missing -- before the command"},

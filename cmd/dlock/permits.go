@@ -33,10 +33,13 @@ func (f *kindFlags) validate(cmd *cobra.Command) error {
 // silent fallback to a lock.
 func checkCapacity(cmd *cobra.Command, capacity int64) error {
 	if capacity < 0 || capacity > dlock.MaxPermits || capacity == 0 && cmd.Flags().Changed("capacity") {
-		return usagef("--capacity %d: must be between 1 and %d", capacity, int64(dlock.MaxPermits))
+		return usagef("--capacity %d: %s", capacity, capacityRange)
 	}
 	return nil
 }
+
+// capacityRange says which --capacity is good.
+var capacityRange = fmt.Sprintf("must be between 1 and %d", int64(dlock.MaxPermits))
 
 // checkHeld refuses a --capacity other than the one info's holders were
 // granted under, as run's Acquire does (status 64): KEY would then name

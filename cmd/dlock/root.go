@@ -69,9 +69,18 @@ var goQuoted = regexp.MustCompile(`"(?:[^"\\\x00-\x1f\x7f]|\\.)*"`)
 // whiteSpace is a run of white space, newlines included.
 var whiteSpace = regexp.MustCompile(`\s+`)
 
+// scriptPlace is the place in a script that Redis adds to an error raised
+// there, which tells someone running dlock nothing: after the error since
+// Redis 7.0 (" script: SHA, on @user_script:N."), before it earlier ("ERR
+// Error running script (call to f_SHA): @user_script:N: ", then
+// "@user_script: N: -" before a command's own error, READONLY say).
+var scriptPlace = regexp.MustCompile(` ?script: [0-9a-f]{40}, on @user_script:\d+\.|ERR Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: (?:@user_script: \d+: -)?`)
+
 // plainLine puts the unquoted text of an error on one line, without the
-// prefix that library errors wrapping others repeat.
+// prefix that library errors wrapping others repeat, nor the place in a
+// script that Redis adds to an error.
 func plainLine(s string) string {
+	s = scriptPlace.ReplaceAllString(s, "")
 	return strings.ReplaceAll(whiteSpace.ReplaceAllString(s, " "), "dlock: ", "")
 }
 
@@ -130,7 +139,7 @@ interrupted a wait for the lock, demo or bench; 1 anything else.`,
 	root.SetOut(out)
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return usagef("%v (see '%s --help')", err, cmd.CommandPath())
+		return usagef("%s (see '%s --help')", flagText(err), cmd.CommandPath())
 	})
 	a.conn.register(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log what the library and go-redis do, on stderr")

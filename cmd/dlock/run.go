@@ -28,6 +28,13 @@ const (
 // releaseTimeout bounds the release after the command exits.
 const releaseTimeout = 5 * time.Second
 
+// maxReplicaWait is the longest a renewal's WAIT may take with
+// --replica-ack (--replica-timeout, and 100ms more: Redis checks WAIT
+// timeouts ten times a second): 3/4 of the 5s the library gives each
+// renewal, which go-redis keeps to in the middle of a read since run
+// bounds its requests (lockRequestTimeout).
+const maxReplicaWait = 5 * time.Second * 3 / 4
+
 // runFlags are the flags of `dlock run`.
 type runFlags struct {
 	noWait  bool
@@ -101,8 +108,8 @@ renewal counts as failed, so COMMAND is stopped (status 79) if the lease the
 replicas have runs out. A failover then promotes a replica that has the
 lock, unless it picks one that did not acknowledge: the window narrows, it
 does not close. --ttl must be at least 3 x (--replica-timeout + 100ms), and
---replica-timeout + 100ms at most 3/4 of the connection's read timeout (5s,
-or the URL's read_timeout).
+--replica-timeout + 100ms at most 3.75s (3/4 of the 5s each renewal is
+given), and at most 3/4 of the URL's read_timeout if that is shorter.
 
 When COMMAND exits, the lock is released: processes it left running in the
 background go on without it. Have COMMAND wait for them (a shell's wait).
@@ -110,8 +117,9 @@ background go on without it. Have COMMAND wait for them (a shell's wait).
 Exit status: COMMAND's; 75 if the lock was not obtained (--no-wait, --wait);
 79 if the lock was lost; 126 or 127 if COMMAND cannot be run; 128+N if signal
 N interrupted the wait for the lock (or came before COMMAND started); 64
-usage; 69 Redis unreachable (or, with --replica-ack, the grant not
-acknowledged).`,
+usage; 69 Redis unreachable, or not answering a request within 10s before
+the lock is held, whatever the URL's read_timeout (or, with --replica-ack,
+the grant not acknowledged).`,
 		Example: `  dlock run nightly-report -- ./report.sh --date today
   dlock run --no-wait --ttl 10s deploy -- make deploy
   dlock run --wait 30s --meta "job 42" import:orders -- python import.py
@@ -136,9 +144,9 @@ acknowledged).`,
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		if !slices.Contains(a.args, "--") {
 			// `dlock run KEY sh -c x`: -c was taken for a flag of dlock's.
-			return usagef("missing -- before the command: dlock run [flags] KEY -- COMMAND [ARGS...] (%v)", err)
+			return usagef("missing -- before the command: dlock run [flags] KEY -- COMMAND [ARGS...] (%s)", flagText(err))
 		}
-		return usagef("%v (see '%s --help')", err, cmd.CommandPath())
+		return usagef("%s (see '%s --help')", flagText(err), cmd.CommandPath())
 	})
 	fs := cmd.Flags()
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once (status 75) if the lock is held")
@@ -182,6 +190,9 @@ func (f *runFlags) validate(cmd *cobra.Command, ttl time.Duration) error {
 		// timeouts every 100 ms): a shorter lease runs out before its
 		// renewal answers whenever replicas are missing.
 		return usagef("--ttl %v: must be at least 3 x (--replica-timeout %v + 100ms)", ttl, f.replicaTimeout)
+	case f.replicaAck > 0 && f.replicaTimeout+100*time.Millisecond > maxReplicaWait:
+		// The library refuses it too, in terms of go-redis's options.
+		return usagef("--replica-timeout %v: at most %v (with the 100ms Redis may add, 3/4 of the 5s each renewal is given)", f.replicaTimeout, maxReplicaWait-100*time.Millisecond)
 	case f.noWait && cmd.Flags().Changed("wait"):
 		return usagef("use either --no-wait or --wait, not both")
 	case f.wait < 0:
@@ -230,6 +241,13 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 	catchSIGPIPE()
 
 	ctx, stopWatching := watchSignals(sigs)
+	// Until the lock is held, each request ends within lockRequestTimeout
+	// whatever the URL's read_timeout: a hung Redis fails run (status 69)
+	// rather than hang it. Renewals and releases keep the deadlines the
+	// library gives them, which go-redis then honours in the middle of a
+	// read too: the release after COMMAND is bounded as well.
+	a.conn.bound, a.conn.boundMarked = lockRequestTimeout, true
+	ctx = boundRequests(ctx)
 	var opts []dlock.Option
 	if f.replicaAck > 0 {
 		opts = append(opts, dlock.WithReplicaAck(f.replicaAck, f.replicaTimeout, dlock.FailClosed))
