@@ -1,11 +1,13 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -104,12 +106,12 @@ func (b *redlock) Acquire(ctx context.Context, r backend.Request) (backend.Grant
 
 		var delay time.Duration
 		if res.blocked {
-			// Sleep until a release wakes us, or the other holds' leases
-			// would run out without renewal.
+			// Sleep until a release wakes us, or enough of the other holds'
+			// leases would run out without renewal to free a majority.
 			backoff = 0
 			delay = fallbackWait
-			if res.pttl >= 0 {
-				delay = res.pttl + time.Millisecond
+			if res.freeIn >= 0 {
+				delay = res.freeIn + time.Millisecond
 			}
 		} else {
 			// A race between contenders, or nodes failing: back off for a
@@ -198,6 +200,12 @@ type tryResult struct {
 	blocked  bool           // other owners hold the lock on a majority
 	pttl     time.Duration  // the least remaining lease of the other owners' holds; -1 if none was read
 	owners   map[string]int // the other owners' tokens: on how many nodes each refused
+	// freeIn, when blocked: how soon a majority of the nodes could be
+	// free, the holds that refused running out one by one; -1 if not known
+	// (a hold without expiry). The shortest lease frees only a minority
+	// when the leases differ (a renewal that reached some of the nodes),
+	// and an attempt then would be refused again.
+	freeIn time.Duration
 	// hopeless: a majority cannot be had, because too many nodes answered
 	// with an error that will not pass (backend.Permanent): a value that
 	// is not a lock at its name (dlock.ErrWrongType), an ACL that refuses
@@ -244,7 +252,9 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		if err != nil {
 			return acquireReply{}, err
 		}
-		return parseAcquire(v)
+		rp, err := parseAcquire(v)
+		sends.granted[i] = err == nil && rp.granted
+		return rp, err
 	}, func(rs []reply[acquireReply]) bool {
 		// Stop at a majority granted. A failure waits for every node (up to
 		// the timeout), to release wherever it was granted and to report
@@ -263,6 +273,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	refused := 0
 	owners := make(map[string]int)
 	pttl := time.Duration(-1) // 0 is a lease in its last millisecond
+	var leases []time.Duration
 	var fence, clock uint64
 	for i, rp := range rs {
 		switch {
@@ -274,6 +285,7 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		default:
 			refused++
 			owners[rp.val.owner]++
+			leases = append(leases, rp.val.pttl)
 			if p := rp.val.pttl; p >= 0 && (pttl < 0 || p < pttl) {
 				pttl = p
 			}
@@ -291,7 +303,13 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		if validity() <= 0 {
 			detail = "the majority came too late: the validity had run out"
 		} else {
-			stored, ferrs, lost := b.storeFence(ctx, k, token, fence, granted, timeout)
+			var late []int // not waited for: they may grant yet
+			for i, rp := range rs {
+				if rp.asked && !rp.answered {
+					late = append(late, i)
+				}
+			}
+			stored, ferrs, lost := b.storeFence(ctx, k, token, fence, granted, late, sends, timeout)
 			if stored >= q && validity() > 0 {
 				d := &lockData{keys: k, sends: sends}
 				d.lease.Store(int64(r.TTL))
@@ -337,7 +355,10 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 	}
 	b.releaseAttempt(ctx, k, token, mayHold, !majorityOwner, sends, timeout, b.opTimeout(r.TTL))
 
-	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners}
+	res := tryResult{blocked: refused >= q, pttl: pttl, owners: owners, freeIn: -1}
+	if res.blocked {
+		res.freeIn = freeIn(leases, n, q)
+	}
 	permanent := 0
 	for _, e := range errs {
 		if backend.Permanent(e) {
@@ -369,6 +390,25 @@ func (b *redlock) try(ctx context.Context, r backend.Request, k keys, token stri
 		Nodes: errs, kind: kind, detail: detail,
 	}
 	return res
+}
+
+// freeIn returns how soon a majority of n nodes could be free when the
+// holds that refused an attempt have the given remaining leases (-1: no
+// expiry) and the other nodes are free: when the (q - (n - refused))-th
+// shortest of them runs out; -1 if that one has no expiry.
+func freeIn(leases []time.Duration, n, q int) time.Duration {
+	slices.SortFunc(leases, func(a, b time.Duration) int {
+		switch {
+		case a < 0 && b < 0:
+			return 0
+		case a < 0:
+			return 1 // no expiry: after every lease
+		case b < 0:
+			return -1
+		}
+		return cmp.Compare(a, b)
+	})
+	return leases[q-(n-len(leases))-1]
 }
 
 func parseAcquire(v []any) (acquireReply, error) {
@@ -410,29 +450,49 @@ func parseAcquire(v []any) (acquireReply, error) {
 }
 
 // storeFence writes the fence to the granting nodes while the token holds
-// them there, and returns on how many it was stored, each node's error, and
-// how many of them did not answer (or answered with an error).
-func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes []int, timeout time.Duration) (int, []error, int) {
+// them there, and returns on how many it was stored, each granting node's
+// error, and how many of them did not answer (or answered with an error).
+// The late nodes, whose acquire requests were not waited for, get it too
+// once they granted, in the background and not counted: stored on the
+// first majority only, the counter would lag behind on the others, and a
+// later majority sharing only a node that restarted empty since would
+// read counters below this fence (see docs/safety.md).
+func (b *redlock) storeFence(ctx context.Context, k keys, token string, fence uint64, nodes, late []int, sends *acquireSends, timeout time.Duration) (int, []error, int) {
 	q := b.quorum
 	f := strconv.FormatUint(fence, 10)
-	rs := fanout(b, ctx, nodes, timeout, timeout, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+	rs := fanout(b, ctx, slices.Concat(nodes, late), timeout, timeout, func(ctx context.Context, i int, rdb redis.UniversalClient) (int64, error) {
+		if slices.Contains(late, i) {
+			// After its acquire, which may not have been sent yet.
+			var cancel context.CancelFunc
+			ctx, cancel = sends.after(ctx, i, timeout)
+			defer cancel()
+			if !sends.granted[i] {
+				return 0, nil
+			}
+		}
 		return fenceScript.Run(ctx, rdb, []string{k.lock, k.fence}, token, f).Int64()
 	}, func(rs []reply[int64]) bool {
-		// Stop at a majority stored. A failure waits for every node (up to
-		// the timeout), as the acquisition does: a node not waited for
-		// would be reported unreachable, and the attempt ErrNoQuorum.
-		stored := 0
-		for _, r := range rs {
-			if r.ok() && r.val == 1 {
+		// Stop at a majority stored. A failure waits for every granting
+		// node (up to the timeout), as the acquisition does: a node not
+		// waited for would be reported unreachable, and the attempt
+		// ErrNoQuorum.
+		stored, answered := 0, 0
+		for _, i := range nodes {
+			if rs[i].answered {
+				answered++
+			}
+			if rs[i].ok() && rs[i].val == 1 {
 				stored++
 			}
 		}
-		return stored >= q
+		return stored >= q || answered == len(nodes)
 	})
 	stored, failed := 0, 0
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		switch {
+		case slices.Contains(late, i):
+			// Not counted: it granted after the attempt stopped waiting.
 		case r.ok() && r.val == 1:
 			stored++
 		case r.asked && r.err != nil:
@@ -494,13 +554,15 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 type acquireSends struct {
 	stop context.CancelFunc // gives up the requests not sent yet
 	done []chan struct{}    // done[i] is closed once node i's request returned
+	// granted[i], set before done[i] is closed: node i granted the lock.
+	granted []bool
 }
 
 // newAcquireSends returns the sends of an attempt on n nodes, and the
 // context whose end (stop) gives up those not sent yet.
 func newAcquireSends(n int) (*acquireSends, context.Context) {
 	ctx, stop := context.WithCancel(context.Background())
-	s := &acquireSends{stop: stop, done: make([]chan struct{}, n)}
+	s := &acquireSends{stop: stop, done: make([]chan struct{}, n), granted: make([]bool, n)}
 	for i := range s.done {
 		s.done[i] = make(chan struct{})
 	}

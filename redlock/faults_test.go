@@ -1295,3 +1295,84 @@ func closeInBackground(c *dlock.Client) (time.Time, <-chan struct{}) {
 	}()
 	return start, closed
 }
+
+// acquire.go: the nodes that grant after the majority did (the acquisition
+// does not wait for them) get the fence too. Stored on the first majority
+// only, the counter was left behind on the others, and once the lock was
+// released, one node of that majority restarting empty (a minority) let
+// the next majority, sharing only that node with it, read counters below
+// the last fence and hand out the same fence again. Here the counters are
+// a day ahead of the clocks, so that only they order the fences (the
+// clocks would hide it as long as the nodes agree on the time).
+func TestFenceStoredOnTheNodesThatGrantLate(t *testing.T) {
+	cl := startCluster(t, 5)
+	cl.cacheScripts(t) // the gates hold back EVALSHA
+	ctx := context.Background()
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
+	for _, rdb := range cl.rdbs {
+		rdb.Set(ctx, lockKey("job")+":fence", ahead, 0)
+	}
+	// slowOn returns a Client whose acquire requests of "job" to the given
+	// nodes are held back, and a function letting them go.
+	slowOn := func(slow ...int) (*dlock.Client, func()) {
+		var nodes []redis.UniversalClient
+		var gates []*gateAcquire
+		for i, srv := range cl.srvs {
+			rdb := nodeClient(srv.Addr())
+			t.Cleanup(func() { rdb.Close() })
+			if slices.Contains(slow, i) {
+				h := &gateAcquire{key: "job", held: make(chan struct{}, 1), gate: make(chan struct{}), finished: make(chan error, 1)}
+				h.armed.Store(true)
+				rdb.AddHook(h)
+				gates = append(gates, h)
+			}
+			nodes = append(nodes, rdb)
+		}
+		c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, func() {
+			for _, h := range gates {
+				<-h.held
+				close(h.gate)
+				if err := <-h.finished; err != nil {
+					t.Fatalf("the held-back acquire: %v", err)
+				}
+			}
+		}
+	}
+
+	ca, goA := slowOn(3, 4)
+	a := mustLock(t, ca, "job") // granted by nodes 0-2 first
+	goA()
+	waitUntil(t, 5*time.Second, "A's hold on every node", func() bool {
+		return len(cl.holders(t, "job", a.Token())) == 5
+	})
+	want := strconv.FormatUint(a.Fence(), 10)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if cl.rdbs[3].Get(ctx, lockKey("job")+":fence").Val() == want && cl.rdbs[4].Get(ctx, lockKey("job")+":fence").Val() == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("fence counters of nodes 3, 4 = %s, %s, want A's fence %s on them too (they granted it)",
+				cl.rdbs[3].Get(ctx, lockKey("job")+":fence").Val(), cl.rdbs[4].Get(ctx, lockKey("job")+":fence").Val(), want)
+			break
+		}
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Node 2 restarts empty; B is granted by nodes 2-4 first.
+	cl.srvs[2].Kill(t)
+	cl.srvs[2].Restart(t)
+	cb, goB := slowOn(0, 1)
+	b := mustLock(t, cb, "job")
+	goB()
+	defer b.Unlock(ctx)
+	if b.Fence() <= a.Fence() {
+		t.Errorf("B's fence %d is not above A's %d, with only node 2, of A's majority, restarted", b.Fence(), a.Fence())
+	}
+}

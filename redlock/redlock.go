@@ -35,7 +35,8 @@
 // acquisition reads the counters of the nodes that granted it (exactly,
 // past 2^53 too), takes their maximum plus one (and at least the largest
 // server clock in microseconds among them), and writes it back to those
-// nodes while it holds them; it succeeds only when a majority stored it.
+// nodes while it holds them (and to the nodes that grant it later); it
+// succeeds only when a majority stored it.
 // Any two majorities share a node, and that node granted the later holder
 // only after the earlier one's hold there ended, after its fence was stored.
 // docs/safety.md gives the argument and its limits (nodes that restart
@@ -45,10 +46,10 @@
 //
 // Waiters subscribe (pub/sub, one connection per node per Client, opened on
 // the first wait) to the lock's channel; an Unlock publishes on every node,
-// and waiters retry then, or when the holder's lease would run out, so they
-// do not poll. There is no queue: Redlock is not fair, and a release wakes
-// every waiter of the key (each retries after a small random delay, and one
-// of them takes the lock). Only a waiter that other owners refused on a
+// and waiters retry then, or when enough of the holds' leases would run out
+// to free a majority, so they do not poll. There is no queue: Redlock is
+// not fair, and a release wakes every waiter of the key (each retries
+// after a small random delay, and one of them takes the lock). Only a waiter that other owners refused on a
 // majority is woken so: one that could not reach a majority retries after
 // Config.RetryDelay's growing delay. A node's connection that breaks is
 // dialed again after a backoff (or by the next new subscription); a hung

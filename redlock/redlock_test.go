@@ -922,3 +922,45 @@ func lockShortLease(t *testing.T, c *dlock.Client, key string, lease time.Durati
 		}
 	}
 }
+
+// acquire.go: a waiter refused on every node, by holds whose leases differ
+// (a renewal that reached only some of the nodes), sleeps until a majority
+// of them could have run out, not until the shortest has: each hold
+// running out before then frees a minority, and an attempt then is
+// refused again by the others.
+func TestWaiterSleepsUntilAMajorityOfLeasesRunOut(t *testing.T) {
+	cl := startCluster(t, 5)
+	cl.cacheScripts(t) // one script call an attempt, no NOSCRIPT and EVAL
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	for i, ttl := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 20 * time.Second, 20 * time.Second, 20 * time.Second} {
+		cl.holdOn(t, i, "uneven", "x", ttl)
+	}
+	// Node 4 refuses every attempt: one script call each (no release).
+	base := scriptCalls(t, cl.rdbs[4])
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(wctx, "uneven")
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// Both short holds run out within 600 ms; the window gives the
+	// attempts they would cause time to show on a loaded machine.
+	select {
+	case err := <-done:
+		t.Fatalf("Lock returned while x held a majority: %v", err)
+	case <-time.After(1500 * time.Millisecond): // an observation window, not synchronization
+	}
+	// The first attempt, and maybe one when the waiter's subscription
+	// reached a majority (a release may have been missed before).
+	if n := scriptCalls(t, cl.rdbs[4]) - base; n > 2 {
+		t.Errorf("the waiter made %d attempts in 1.5 s while x held a majority for 20 s, want at most 2", n)
+	}
+}
