@@ -1194,9 +1194,15 @@ func TestUnusableGrantReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 			if !errors.Is(err, want) {
 				t.Errorf("TryLock of an unusable grant = %v, %v, want %v", l, err, want)
 			}
-			proxy.Thaw()
-			c.Close()
-			<-closing
+			// The release is still on its way: Close, begun at the grant
+			// or now, waits for it.
+			done := (<-chan struct{})(closing)
+			if !closed {
+				ch := make(chan struct{})
+				go func() { c.Close(); close(ch) }()
+				done = ch
+			}
+			closesOnceRedisAnswers(t, proxy, done)
 			if n, _ := rdb.Exists(context.Background(), c.keys(key).lock).Result(); n != 0 {
 				t.Error("the unusable grant is still held once Close returned")
 			}
@@ -1238,11 +1244,27 @@ func TestObserverPanicAtGrantReturnsSoonWhileRedisHangs(t *testing.T) {
 	if took := time.Since(o.frozen); took > endedUnlockWait+time.Second {
 		t.Errorf("Lock's panic went on %v after its ctx ended, with Redis not answering", took.Round(time.Millisecond))
 	}
-	proxy.Thaw()
-	c.Close()
+	// The release is still on its way: Close waits for it.
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	closesOnceRedisAnswers(t, proxy, done)
 	if n, _ := rdb.Exists(context.Background(), c.keys("k").lock).Result(); n != 0 {
 		t.Error("the lock of a Lock whose Observer panicked is still held once Close returned")
 	}
+}
+
+// closesOnceRedisAnswers checks that a Close (done, once it has returned)
+// waits for a release on its way through proxy, frozen: it does not return
+// while Redis hangs (its bound is 5 s), and does once the proxy is thawed.
+func closesOnceRedisAnswers(t *testing.T, proxy *tcpproxy.Proxy, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Error("Close returned with a release still on its way to a Redis that hangs")
+	case <-time.After(200 * time.Millisecond):
+	}
+	proxy.Thaw()
+	testutil.Receive(t, done, 10*time.Second, "Close to return once Redis answers")
 }
 
 // cutClient returns a go-redis client that reaches addr through a proxy

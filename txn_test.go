@@ -636,6 +636,137 @@ func TestTxnAfterAnEarlyRenewal(t *testing.T) {
 	}
 }
 
+// A Txn begun while its lock's renewal could go early (within a sixth of
+// the lease of its due time) has that renewal sent at once, as a round
+// trip of its own, and goes on once it is answered: it does not wait for
+// the renewal's due time, up to a sixth of the lease later.
+func TestTxnInTheEarlyRenewalWindowDoesNotWaitForTheDueTime(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c := newClientOn(t, srv.Client(t))
+	const ttl = 6 * time.Second // due at 2 s, may go from 1 s
+	began := time.Now()
+	l := mustLock(t, c, "window", WithTTL(ttl))
+	defer l.Unlock(ctx)
+	time.Sleep(time.Until(began.Add(ttl * 11 / 60))) // 1.1 s
+	start := time.Now()
+	calls := 0
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, l.SlotKey("n"))
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(l.Context()))
+	}
+	if took > ttl/10 { // the due time is 900 ms away
+		t.Errorf("Txn took %v: it waited for the renewal's due time, 0.9 s away, instead of sending it", took.Round(time.Millisecond))
+	}
+	if calls != 1 {
+		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
+}
+
+// While a Txn is under way, its lock's renewal is not pulled forward into
+// another lock's round trip: the early-renewal slack is for sharing round
+// trips, and the Txn would start over. Here b's renewal, due while a's Txn
+// waits, goes within a sixth of a's lease of the instant a's renewal is
+// held back to (a third of its lease left): a's key must not move.
+func TestTxnRenewalNotPulledIntoAnotherLocksRound(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	bRenewed := make(chan struct{}, 1)
+	c := newClientOn(t, hooked, WithObserver(renewSignal{key: "pulled:b", ch: bRenewed}))
+	// a's renewal is due at 1 s, held back by its Txn to 2 s (a third of
+	// the lease left), which its slack, were it kept, would bring to 1.5 s;
+	// b's is due at 1.7 s.
+	const ttlA, ttlB = 3 * time.Second, 5100 * time.Millisecond
+	a := mustLock(t, c, "pulled:a", WithTTL(ttlA))
+	defer a.Unlock(ctx)
+	b := mustLock(t, c, "pulled:b", WithTTL(ttlB))
+	defer b.Unlock(ctx)
+	// a's Txn checks its lock once b has been renewed.
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() {
+		select {
+		case <-bRenewed:
+		case <-time.After(ttlB):
+		}
+	}})
+	calls := 0
+	err := a.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, a.SlotKey("n"))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(a.Context()))
+	}
+	if calls != 1 {
+		t.Errorf("Txn called fn %d times, want 1: a's renewal went with b's and moved the key", calls)
+	}
+	if n := rdb.Get(ctx, a.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
+}
+
+// After an Extend to a shorter lease whose outcome is unknown, a Txn holds
+// the renewal back until a third of that shorter lease is left, not of
+// the longer one trusted before: a Txn shorter than half the lease is not
+// made to start over.
+func TestTxnAfterShorterExtendOfUnknownOutcome(t *testing.T) {
+	srv := redistest.Start(t)
+	lost, arm := failNext(errors.New("reply lost"))
+	c, hooked := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): lost}})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const short = 3 * time.Second // due at 1 s; a Txn holds it back to 2 s
+	l := mustLock(t, c, "shortened", WithTTL(time.Minute))
+	defer l.Unlock(ctx)
+	arm()
+	if err := l.Extend(ctx, short); err == nil {
+		t.Fatal("Extend with its reply lost succeeded")
+	}
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { time.Sleep(short * 7 / 15) }}) // 1.4 s
+	calls := 0
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, l.SlotKey("n"))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(l.Context()))
+	}
+	if calls != 1 {
+		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
+}
+
+// renewSignal sends on ch when key's lease is renewed.
+type renewSignal struct {
+	NopObserver
+	key string
+	ch  chan struct{}
+}
+
+func (o renewSignal) Renew(e RenewEvent) {
+	if e.Key == o.key && e.Outcome == RenewOK {
+		select {
+		case o.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // A Txn after Close, while the lock's Unlock hangs (the hold is left to
 // that Unlock until its lease's deadline), with the renewal due: nothing
 // renews the lock any more, so the Txn must not wait for that renewal,

@@ -99,8 +99,12 @@ func TestMajorityDown(t *testing.T) {
 	if d := time.Since(killed); d > lease+lease/4 {
 		t.Errorf("holder told %v after the nodes died, want within the %v lease", d, lease)
 	}
-	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
-		t.Errorf("cause = %v, want ErrLockLost", cause)
+	// The cause says why: the last renewal's error, the votes of a
+	// renewal that no majority answered.
+	var re *redlock.Error
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(cause, redlock.ErrNoQuorum) ||
+		!errors.As(cause, &re) || re.Op != "renew" || re.Unreachable != 3 {
+		t.Errorf("cause = %v, want ErrLockLost with the renewal's ErrNoQuorum, 3 nodes unreachable", cause)
 	}
 
 	// Lock gives up, does not hang: after trying for 2 s (docs/safety.md),
