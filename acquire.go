@@ -151,7 +151,13 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, p *backend.
 	if !time.Now().Before(h.deadline) {
 		// The reply came after the lease could be trusted: Redis may have
 		// given the lock to someone else already.
-		err = fmt.Errorf("dlock: %s %q: %w: the lease ran out before the grant's reply arrived", kindOf(p), key, ErrLockLost)
+		// Permits say so as lost permits do (lostErr), naming their
+		// semaphore.
+		lost := h.lostErr()
+		if p == nil {
+			lost = fmt.Errorf("dlock: lock %q: %w", key, ErrLockLost)
+		}
+		err = fmt.Errorf("%w: the lease ran out before the grant's reply arrived", lost)
 	} else {
 		err = c.dog.add(h)
 	}

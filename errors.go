@@ -47,16 +47,15 @@ var (
 
 // permitsLost is ErrLockLost as lost permits say it, naming the semaphore
 // (or RWMutex) they are of: their loss must not read as a lock's (a lock
-// and a semaphore may share a name). errors.Is matches it with
-// ErrLockLost.
+// and a semaphore may share a name). It wraps ErrLockLost.
 type permitsLost struct{ kind, name string }
 
 func (e permitsLost) Error() string {
 	return fmt.Sprintf("dlock: permits of %s %q lost", e.kind, e.name)
 }
 
-// Is reports whether target is ErrLockLost.
-func (e permitsLost) Is(target error) bool { return target == ErrLockLost }
+// Unwrap returns ErrLockLost.
+func (e permitsLost) Unwrap() error { return ErrLockLost }
 
 // redisError wraps an error from Redis for key, adding ErrWrongType when
 // Redis reports that a lock key holds another kind of value.

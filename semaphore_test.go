@@ -471,6 +471,37 @@ func TestLostPermitsNameTheirSemaphore(t *testing.T) {
 	}
 }
 
+// Permits granted in Redis whose reply comes only after their lease ran
+// out are refused as lost, in the words of lost permits too: the error
+// names the semaphore (or RWMutex), not a lost lock.
+func TestLateGrantOfPermitsNamesTheirSemaphore(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 100 * time.Millisecond
+	for _, tk := range permitTakers {
+		t.Run(tk.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var sent time.Time
+			c, _ := hookedClient(t, srv.Addr(), scriptHook{
+				before: map[string]func() error{permitsAcquireEval.sha: func() error { sent = time.Now(); return nil }},
+				after: map[string]func() error{permitsAcquireEval.sha: func() error {
+					// The reply is late: the lease counted from before the
+					// request has run out when it is read.
+					waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return time.Since(sent) > ttl })
+					return nil
+				}},
+			})
+			l, err := tk.take(ctx, c, "late", false, WithTTL(ttl), WithoutRenewal())
+			if err == nil {
+				_ = l.Unlock(ctx)
+			}
+			want := fmt.Sprintf("permits of %s %q lost", tk.kind, "late")
+			if !errors.Is(err, ErrLockLost) || !strings.Contains(fmt.Sprint(err), want) || strings.Contains(fmt.Sprint(err), ErrLockLost.Error()) {
+				t.Errorf("late grant = %v, want an error matching ErrLockLost that says %q", err, want)
+			}
+		})
+	}
+}
+
 func TestSemaphoreExtendAndTTL(t *testing.T) {
 	c, _, _ := newTestClient(t)
 	ctx := context.Background()

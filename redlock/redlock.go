@@ -49,12 +49,13 @@
 // and waiters retry then, or when enough of the holds' leases would run out
 // to free a majority, so they do not poll. There is no queue: Redlock is
 // not fair, and a release wakes every waiter of the key (each retries
-// after a small random delay, and one of them takes the lock). Only a waiter that other owners refused on a
-// majority is woken so: one that could not reach a majority retries after
-// Config.RetryDelay's growing delay. A node's connection that breaks is
-// dialed again after a backoff (or by the next new subscription); a hung
-// dial holds back that node's subscriptions only, and a majority of nodes
-// suffices to wake the waiters.
+// after a small random delay, and one of them takes the lock). Only a
+// waiter that other owners refused on a majority is woken so: one that
+// could not reach a majority retries after Config.RetryDelay's growing
+// delay. A node's connection that breaks is dialed again after a backoff
+// (or by the next new subscription); a hung dial holds back that node's
+// subscriptions only, and a majority of nodes suffices to wake the
+// waiters.
 //
 // # Unlock
 //
