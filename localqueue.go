@@ -21,7 +21,10 @@ import (
 //
 // Between processes the order stays Redis's FIFO, with one place per
 // process and key: a process with many goroutines waiting for a key no
-// longer takes a bigger share of the turns than a process with one.
+// longer takes a bigger share of the turns than a process with one. That
+// place is the waiting goroutine's: if it gives up (its ctx ends, its
+// WithRetry runs out), the next goroutine of the process queues in Redis
+// afresh, behind the other processes' waiters that came meanwhile.
 //
 // The in-process lock mirrors the Redis lock: it is given back when the
 // hold ends, at the outermost Unlock or when the lock is lost (its Context
