@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -295,6 +296,35 @@ func TestHoldStatsNotFiniteStartAgain(t *testing.T) {
 		}
 		if s.Samples != 1 {
 			t.Errorf("mean_us %q: stats after a hold = %+v (hash %v), want 1 sample", bad, s, rdb.HGetAll(ctx, statsKey(c.keys(key))).Val())
+		}
+	}
+}
+
+// holdstats.lua: statistics HoldStats cannot read back once written are
+// corrupt too: a sample count that is not a whole number ("1.5", which
+// Lua kept adding 1 to), negative, or past what a double counts exactly,
+// and averages past an int64 of microseconds ("1e300", which took
+// thousands of holds to decay). The next hold starts them again.
+func TestHoldStatsUnreadableStartAgain(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	n := c.be.(*node)
+	for i, bad := range [][3]string{
+		{"1000", "0", "1.5"}, {"1000", "0", "-3"}, {"1000", "0", "1e300"},
+		{"1e300", "0", "5"}, {"1000", "1e300", "5"}, {"-1e300", "0", "5"},
+	} {
+		key := "stats-" + strconv.Itoa(i)
+		rdb.HSet(ctx, statsKey(c.keys(key)), "mean_us", bad[0], "dev_us", bad[1], "n", bad[2])
+		l := mustLock(t, c, key, WithoutRenewal(), WithTTL(5*time.Second), WithAdaptiveTTL(2, 0))
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, err := n.HoldStats(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Samples != 1 || s.Mean > time.Second {
+			t.Errorf("stats %v: after a hold = %+v (hash %v), want 1 sample of this hold", bad, s, rdb.HGetAll(ctx, statsKey(c.keys(key))).Val())
 		}
 	}
 }

@@ -46,7 +46,9 @@ func (l *Lock) SlotKey(suffix string) string {
 // and nothing was applied. The watchdog's renewals keep out of a Txn's way: a
 // renewal due within a sixth of the lease goes before the Txn begins, and
 // the next one waits for it to end, so a Txn shorter than half the lease
-// (three round trips and fn) is not made to start over by a renewal. The
+// (three round trips and fn) is not made to start over by a renewal, nor
+// is one of several run by goroutines at once: one begun too late to end
+// before the renewal the others hold back waits for it. The
 // renewal waits only until a third of the lease is left: a Txn longer
 // than that starts over rather than let the lease run out. As with any
 // MULTI/EXEC, a command that fails when it runs (WRONGTYPE) does not undo
@@ -157,6 +159,11 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			// at, nor anything sent. Not a loss.
 			return redisError("txn", l.Key(), errTxnNotRun)
 		case err == nil && !held:
+			if lerr := l.live(); lerr != nil {
+				// Ended here first (Close, its deadline): its cause, as
+				// when the key is still there.
+				return lerr
+			}
 			return l.lost("txn")
 		case errors.Is(err, redis.TxFailedErr) && attempt < maxTxnAttempts:
 			// The key moved: renewed, extended or lost. Look again.

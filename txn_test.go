@@ -393,6 +393,33 @@ func TestTxnOfALockEndedHereAppliesNothing(t *testing.T) {
 	}
 }
 
+// A Lock given up on this side (Close) while Txn checks it, whose key is
+// gone from Redis by then too (its lease ran out there, or an operator
+// freed it), returns the Lock's own end, ErrClosed, as the godoc says of a
+// Lock that ended first: not a loss found by the check.
+func TestTxnOfALockEndedHereAndGoneSaysClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	hooked := srv.Client(t)
+	c := newClientOn(t, hooked)
+	l := mustLock(t, c, "gone", WithTTL(time.Minute))
+	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() {
+		c.Close()
+		rdb.Del(ctx, c.keys("gone").lock)
+	}})
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, l.SlotKey("data"), "x", 0)
+		return nil
+	})
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Txn of a Lock closed during its check, its key gone = %v, want ErrClosed", err)
+	}
+	if rdb.Exists(ctx, l.SlotKey("data")).Val() != 0 {
+		t.Fatal("applied although the Lock had ended")
+	}
+}
+
 // A transaction that ran is waited for like any other, even when one of
 // its commands failed when it ran (WRONGTYPE) or read a nil (a GET of a
 // key not set yet): EXEC applied the others all the same, and with the
@@ -584,6 +611,90 @@ func TestTxnHungPastTheLeaseKeepsTheLock(t *testing.T) {
 	}
 	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
 		t.Fatalf("counter = %q, want 1", n)
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("lock lost: %v", context.Cause(l.Context()))
+	}
+}
+
+// Txns of one Lock from several goroutines: one that begins while another
+// runs, with less than half the lease left before the renewal they hold
+// back goes all the same (a third of it left), waits for that renewal
+// rather than be made to start over by it. The renewal goes as soon as the
+// Txns under way end.
+func TestTxnBegunDuringAnotherDoesNotStartOver(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	l := mustLock(t, c, "overlap", WithTTL(ttl))
+	defer l.Unlock(ctx)
+	hold := func() (deadline, nextRenew time.Time, waiting bool) {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.deadline, l.h.nextRenew, l.h.idle != nil
+	}
+	granted, _, _ := hold()
+
+	// The first Txn holds the renewal back until its fn is let go.
+	inFirst, letGo := make(chan struct{}), make(chan struct{})
+	var firstCalls, secondCalls atomic.Int32
+	first := make(chan error, 1)
+	go func() {
+		first <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			if firstCalls.Add(1) == 1 {
+				close(inFirst)
+				<-letGo
+			}
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+	}()
+	<-inFirst
+	// Past the renewal's due time (a third of the lease): the second Txn
+	// has less than half the lease before the renewal goes regardless.
+	waitUntil(t, 5*time.Second, "the renewal's due time", func() bool {
+		_, next, _ := hold()
+		return !time.Now().Before(next)
+	})
+	second := make(chan error, 1)
+	go func() {
+		second <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			secondCalls.Add(1)
+			// Queued once the renewal has gone (from the first attempt on,
+			// if the Txn waited for it, as it should): a Txn in flight then
+			// starts over.
+			for end := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+				if d, _, _ := hold(); d.After(granted) {
+					break
+				}
+				if time.Now().After(end) {
+					return errors.New("no renewal within 5s")
+				}
+			}
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+	}()
+	// The second Txn is in its fn, or waiting for the renewal.
+	waitUntil(t, 5*time.Second, "the second Txn", func() bool {
+		_, _, waiting := hold()
+		return waiting || secondCalls.Load() > 0
+	})
+	close(letGo)
+	if err := <-first; err != nil {
+		t.Fatalf("first Txn = %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second Txn = %v", err)
+	}
+	if n := firstCalls.Load(); n != 1 {
+		t.Errorf("first Txn called fn %d times, want 1", n)
+	}
+	if n := secondCalls.Load(); n != 1 {
+		t.Errorf("second Txn called fn %d times, want 1: the renewal it held back went while it ran, and it started over", n)
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "2" {
+		t.Fatalf("counter = %q, want 2", n)
 	}
 	if l.Context().Err() != nil {
 		t.Fatalf("lock lost: %v", context.Cause(l.Context()))

@@ -197,7 +197,7 @@ func (w *watchdog) claim(ctx context.Context, h *hold) error {
 // which it lets go of while it waits.
 func (w *watchdog) awaitIdle(ctx context.Context, h *hold, due bool) error {
 	for h.ctx.Err() == nil {
-		if !h.busy && !(due && h.txnDue(time.Now()) && !w.closed()) {
+		if now := time.Now(); !h.busy && !(due && (h.txnDue(now) || h.txnBehind(now)) && !w.closed()) {
 			return nil
 		}
 		if !h.busy {
@@ -532,6 +532,20 @@ func (h *hold) txnDue(now time.Time) bool {
 	return h.renew && !h.busy && h.txns == 0 && !h.txnFrom.IsZero() && !now.Before(h.txnFrom)
 }
 
+// txnBehind reports whether a Txn beginning at now, while others of h are
+// under way, waits for h's renewal, which the loop sends once they end (or
+// at renewAt): the renewal they hold back would go all the same within
+// half the lease, and this Txn, in flight then, would start over. Not
+// after a renewal failed: its retries are not waited for (nor are they by
+// a lone Txn beyond renewDue), the Txn goes on. Called with mu held.
+func (h *hold) txnBehind(now time.Time) bool {
+	if !h.renew || h.busy || h.txns == 0 || h.renewErr != nil {
+		return false
+	}
+	at, _ := h.renewAt()
+	return !now.Before(at.Add(-h.trusted / 2))
+}
+
 // renewOverdue reports whether h's renewal is due at now, not only close
 // enough to go with another's. Called with mu held.
 func (h *hold) renewOverdue(now time.Time) bool {
@@ -682,9 +696,10 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 			ready = append(ready, h)
 			continue
 		}
-		if !h.busy && h.idle != nil {
+		if !h.busy && h.idle != nil && !h.txnBehind(now) {
 			// Not renewed after all (WithMaxHold, or not due by this
 			// scan's clock): a Txn waiting for the renewal looks again.
+			// One behind others waits on: the renewal goes once they end.
 			w.finish(h)
 		}
 		if e := w.nextEvent(h); e.Before(next) {
