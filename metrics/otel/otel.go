@@ -108,8 +108,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config)
 // of groups small (WithMaxGroups caps it anyway).
 func WithKeyGroup(fn func(key string) string) Option { return func(c *config) { c.groupFn = fn } }
 
-// WithMaxGroups caps the distinct groups (default 100); groups seen after
-// the cap is reached are reported as "other".
+// WithMaxGroups caps the distinct groups (default 100, which n <= 0 also
+// gives); groups seen after the cap is reached are reported as "other".
 func WithMaxGroups(n int) Option { return func(c *config) { c.maxGroups = n } }
 
 // WithoutKeyInSpans leaves the key out of spans (only its group is kept),

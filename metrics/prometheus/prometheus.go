@@ -81,8 +81,8 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.co
 // anyway).
 func WithKeyGroup(fn func(key string) string) Option { return func(c *config) { c.groupFn = fn } }
 
-// WithMaxGroups caps the distinct group labels (default 100); groups seen
-// after the cap is reached are labelled "other".
+// WithMaxGroups caps the distinct group labels (default 100, which n <= 0
+// also gives); groups seen after the cap is reached are labelled "other".
 func WithMaxGroups(n int) Option { return func(c *config) { c.maxGroups = n } }
 
 // WithWaitBuckets sets the buckets (seconds) of the wait histogram.
