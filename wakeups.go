@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,7 +195,10 @@ func (w *wakeups) subscribe(ctx context.Context, channel, token string, checked 
 		wt.nudge <- struct{}{}
 	}
 	if fence, ok := cs.early[token]; ok {
+		// Out of earlyOrder too: dropping it later, taken already, would
+		// tell the waiters still to register that a hand-over was lost.
 		delete(cs.early, token)
+		cs.earlyOrder = slices.DeleteFunc(cs.earlyOrder, func(t string) bool { return t == token })
 		wt.granted <- fence
 	}
 	return wt, nil

@@ -116,6 +116,46 @@ func TestHandOverDroppedBeforeWaiterRegistersNudges(t *testing.T) {
 	freshIsNotNudged(t, w, ch)
 }
 
+// A hand-over kept for a waiter yet to register, and taken by it when it
+// does, is no longer kept: once maxEarly of them have been taken, the next
+// one kept drops nothing, and a waiter registering after it, whose check is
+// older, has missed nothing either. Told to check again, every such waiter
+// would make a round trip for nothing.
+func TestHandOverTakenFromEarlyIsNotDroppedAgain(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	w, ch := lingeringChannel(t, c, "taken")
+
+	for i := range maxEarly {
+		token := fmt.Sprintf("late%d", i)
+		if err := rdb.SPublish(ctx, ch, fmt.Sprintf("%s %d", token, 42+i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		awaitEarly(t, w, ch, token)
+		late, err := w.subscribe(ctx, ch, token, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-late.granted
+		late.leave()
+	}
+	checked := time.Now() // the next waiter's check starts
+	if err := rdb.SPublish(ctx, ch, "another 7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitEarly(t, w, ch, "another")
+	next, err := w.subscribe(ctx, ch, "next", checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.leave()
+	select {
+	case <-next.nudge:
+		t.Error("a waiter was told to check again for a hand-over dropped that its own waiter had taken")
+	default:
+	}
+}
+
 // A waiter registers after its check joined the queue. If the pub/sub
 // connection dropped in between, a hand-over sent while it was down is
 // gone, and the nudges sent on reconnection reached only the waiters
