@@ -47,8 +47,10 @@ func (l *Lock) SlotKey(suffix string) string {
 // renewal due within a sixth of the lease goes before the Txn begins, and
 // the next one waits for it to end, so a Txn shorter than half the lease
 // (three round trips and fn) is not made to start over by a renewal, nor
-// is one of several run by goroutines at once: one begun too late to end
-// before the renewal the others hold back waits for it. The
+// is one of several run by goroutines at once: one begun less than half
+// the lease before the renewal the others hold back waits for it, which
+// goes once they end (so a short Txn begun beside a long one may wait up
+// to the instant a third of the lease is left). The
 // renewal waits only until a third of the lease is left: a Txn longer
 // than that starts over rather than let the lease run out. As with any
 // MULTI/EXEC, a command that fails when it runs (WRONGTYPE) does not undo

@@ -701,6 +701,73 @@ func TestTxnBegunDuringAnotherDoesNotStartOver(t *testing.T) {
 	}
 }
 
+// A Txn waiting behind others for the renewal they hold back goes as soon
+// as they end, though the loop's next look is for another lock's renewal,
+// due before this one's: the last of them to end sends the loop to it.
+func TestTxnBehindOthersGoesWhenTheyEnd(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	// The other lock's renewal is due at 1.8s, before this one's (2s) but
+	// past the sixth of this one's lease (1s) from which a Txn waits.
+	other := mustLock(t, c, "other", WithTTL(5400*time.Millisecond))
+	defer other.Unlock(ctx)
+	l := mustLock(t, c, "behind", WithTTL(6*time.Second))
+	defer l.Unlock(ctx)
+	hold := func() (renewFrom, otherRenew time.Time, waiting bool) {
+		c.dog.mu.Lock()
+		defer c.dog.mu.Unlock()
+		return l.h.nextRenew.Add(-l.h.slack), other.h.nextRenew, l.h.idle != nil
+	}
+
+	inFirst, letGo := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			select {
+			case <-inFirst:
+			default:
+				close(inFirst)
+				<-letGo
+			}
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+	}()
+	<-inFirst
+	// Past the instant the renewal may go: the second Txn waits for it.
+	waitUntil(t, 5*time.Second, "the renewal's first instant", func() bool {
+		from, _, _ := hold()
+		return !time.Now().Before(from)
+	})
+	var calledAt atomic.Pointer[time.Time]
+	second := make(chan error, 1)
+	go func() {
+		second <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			now := time.Now()
+			calledAt.CompareAndSwap(nil, &now)
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+	}()
+	waitUntil(t, 5*time.Second, "the second Txn waiting", func() bool {
+		_, _, waiting := hold()
+		return waiting
+	})
+	_, otherRenew, _ := hold()
+	ended := time.Now()
+	close(letGo)
+	if err := <-first; err != nil {
+		t.Fatalf("first Txn = %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second Txn = %v", err)
+	}
+	waited, bound := calledAt.Load().Sub(ended), otherRenew.Sub(ended)/2
+	if waited > bound {
+		t.Fatalf("second Txn went %v after the first ended, want within %v (the other lock's renewal is due in %v)", waited, bound, otherRenew.Sub(ended))
+	}
+}
+
 // A renewal that went early to share another lock's round trip does not
 // shorten the time a Txn begun before the next one is due has: a Txn
 // shorter than half the lease is still not made to start over.

@@ -249,11 +249,13 @@ func (w *watchdog) txnBegin(ctx context.Context, h *hold) error {
 }
 
 // txnEnd records that a Txn of h has ended: a renewal it held back goes
-// now.
+// now. The last one pokes the loop whenever a Txn waits for that renewal
+// (txnBehind): the loop's next look may be for another lock, due before
+// h's renewal but long after the renewal may go.
 func (w *watchdog) txnEnd(h *hold) {
 	w.mu.Lock()
 	h.txns--
-	poke := h.txns == 0 && (w.wakeAt.IsZero() || w.nextEvent(h).Before(w.wakeAt))
+	poke := h.txns == 0 && (h.idle != nil || w.wakeAt.IsZero() || w.nextEvent(h).Before(w.wakeAt))
 	w.mu.Unlock()
 	if poke {
 		w.poke()
