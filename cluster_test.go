@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1782,6 +1783,86 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 		unblock()
 		r := <-gotA
 		if r.l != nil {
+			_ = r.l.Unlock(ctx)
+		}
+	}
+}
+
+// As above, with the pub/sub connection dialed again to a master that
+// accepts it but answers nothing: go-redis holds the PubSub's lock through
+// the handshake, which no context ends, only the ReadTimeout (10 s here).
+// Closing that connection once its channel has lingered must not wait for
+// the handshake holding the lock every other channel's hand-over needs.
+func TestClusterClosingASubscriptionInAHungHandshakeDoesNotHoldBackOtherWaiters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	hung, mute := cl.Nodes[1].Addr(), muteListener(t)
+	var muted atomic.Bool
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 10 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hung && muted.CompareAndSwap(true, false) {
+				addr = mute // the next connection to hung only
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { _ = cc.Close() })
+	c := newClientOn(t, cc, WithQueueTTL(time.Minute))
+	w := c.be.(*node).wake
+	w.mu.Lock()
+	w.linger = 10 * time.Millisecond
+	w.mu.Unlock()
+	holder := newClientOn(t, cl.Client(t))
+	ctx := context.Background()
+
+	_, a, b, la := heldOnTwoMasters(t, cl, cc, c, holder, "closehandshake:", hung)
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	gotB := lockAsync(bctx, c, b)
+	waitSubscribed(t, w, c.wakeChannel(b))
+	gotA := lockAsync(ctx, c, a)
+	waitSubscribed(t, w, c.wakeChannel(a))
+
+	// b's pub/sub connection breaks; go-redis dials it again, and its
+	// handshake hangs.
+	ps := shardConn(w, c.wakeChannel(b))
+	muted.Store(true)
+	if err := cl.Nodes[1].Client(t).ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the handshake of b's connection dialed again", func() bool { return inPubSubCall(ps, "initConn") })
+	// b's waiter gives up; once its channel has lingered, the connection
+	// is closed.
+	cancelB()
+	<-gotB
+	waitUntil(t, 10*time.Second, "b's connection to be closed", func() bool {
+		if w.mu.TryLock() {
+			_, open := w.shards[c.wakeChannel(b)]
+			w.mu.Unlock()
+			if !open {
+				return true
+			}
+		}
+		buf := make([]byte, 1<<20)
+		stack := buf[:runtime.Stack(buf, true)]
+		return bytes.Contains(stack, []byte("(*wakeups).unsubscribe")) && bytes.Contains(stack, []byte("(*PubSub).Close"))
+	})
+
+	released := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-gotA:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.l.Unlock(ctx)
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the waiter of a, on a healthy master, held back by the close of b's subscription in a hung handshake")
+		if r := <-gotA; r.l != nil { // at the handshake's ReadTimeout
 			_ = r.l.Unlock(ctx)
 		}
 	}

@@ -508,6 +508,37 @@ func TestCorruptEntryLeaseIsNotHandedTheLock(t *testing.T) {
 	}
 }
 
+// A queue head whose entry asks for a lease of 0 (corrupt: PEXPIRE 0
+// would delete the lock as it is handed over) is skipped like an expired
+// one: the release hands the lock to the live waiter behind it, in the same
+// script, rather than to the corrupt entry, which would leave the lock
+// gone and that waiter asleep until its next check.
+func TestCorruptZeroLeaseEntryIsSkippedForTheNextWaiter(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	waiter := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	ctx := context.Background()
+	const key = "corrupt-zero-lease"
+	k := c.keys(key)
+	l := mustLock(t, c, key)
+	got := lockAsync(ctx, waiter, key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, key) == 1 })
+	head := rdb.ZRangeWithScores(ctx, k.queue, 0, 0).Val()[0]
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ahead of the waiter, with a minute to live.
+	rdb.ZAdd(ctx, k.queue, redis.Z{Score: head.Score - 1, Member: "bad"})
+	rdb.HSet(ctx, k.waiters, "bad", fmt.Sprintf("%d 0 nobody {}", now.Add(time.Minute).UnixMilli()))
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if !rdb.HExists(ctx, k.lock, head.Member.(string)).Val() {
+		t.Errorf("the release did not hand the lock to the waiter behind the corrupt entry (lock %v)", rdb.HGetAll(ctx, k.lock).Val())
+	}
+	_ = receiveLock(t, got, 5*time.Second, "the waiter's Lock").Unlock(ctx)
+}
+
 // panicRetry is a RetryStrategy with a bug: it panics when asked for a
 // delay.
 type panicRetry struct{}

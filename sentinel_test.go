@@ -1156,17 +1156,17 @@ func (h *heldCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // A lock handed over while the waiter's check (script and WAIT, the
 // replica down) is in flight is learnt of late: the check answers "held by
-// another" a whole WAIT after the hand-over, and only the next check, a
-// WAIT later again, finds the lock ours. The hand-over's lease (the queue
-// TTL, shorter than two WAITs here) must not run out meanwhile: the waiter
-// gets the very lock it was handed, not a new one taken after it lapsed.
+// another" after the hand-over, and only the next check, a WAIT later
+// again, finds the lock ours. That check must set the full lease itself,
+// in the write its WAIT covers: the hand-over's lease (queueLife) has run
+// out by the time a further write after that WAIT would reach Redis. The
+// waiter gets the very lock it was handed, not a new one taken after it
+// lapsed.
 func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 	ctx := context.Background()
 	master, replica := redistest.StartReplicated(t)
 	rdb := master.Client(t)
-	// queueTTL < 2 x timeout: the second check's script runs after a
-	// queue TTL's lease from the hand-over would have run out.
-	const timeout, queueTTL = 1500 * time.Millisecond, 2500 * time.Millisecond
+	const timeout, queueTTL = 1500 * time.Millisecond, time.Second
 	holder := newClientOn(t, rdb)
 	check := &heldCheck{release: make(chan struct{})}
 	// Its scripts are cached (hookedClient): none is sent twice.
@@ -1187,7 +1187,11 @@ func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no lock handed over: %v", err)
 	}
-	close(check.release)
+	// The reply arrives late (a slow network), so that the next check
+	// runs half a WAIT before the hand-over's lease (queueTTL + timeout +
+	// waitLate) runs out, and answers half a WAIT after.
+	late := time.AfterFunc(queueTTL+waitLate+timeout/2, func() { close(check.release) })
+	defer late.Stop()
 	if w := wantHanded(t, got, handed); w.Context().Err() != nil {
 		t.Fatal(context.Cause(w.Context()))
 	}

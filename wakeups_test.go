@@ -482,6 +482,55 @@ func TestFailedSubscribeLeavesNoSubscriptionBehind(t *testing.T) {
 	}
 }
 
+// A subscription that fails because the shared pub/sub connection cannot
+// be dialed (another channel, lingering, keeps the connection's shard) is
+// still in go-redis's set of channels, which go-redis subscribes again
+// when it reconnects: it must be taken out, or the channel stays
+// subscribed on the server with no waiter.
+func TestFailedSubscribeNotResubscribedOnReconnection(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var refuse atomic.Bool
+	var refused atomic.Int32
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() {
+			refused.Add(1)
+			return nil, errors.New("dial refused by the test")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	w := c.be.(*node).wake
+	w.mu.Lock()
+	w.linger = time.Minute
+	w.mu.Unlock()
+	_, keep := lingeringChannel(t, c, "keep") // the shard stays up for it
+	gone := c.keys("gone").channel
+
+	refuse.Store(true)
+	admin := srv.Client(t)
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis has seen the connection break (a write to it could still
+	// succeed before), and has no connection now.
+	waitUntil(t, 5*time.Second, "a dial of the broken connection", func() bool { return refused.Load() > 0 })
+	if wt, err := w.subscribe(ctx, gone, "tok", time.Now()); err == nil {
+		wt.leave()
+		t.Fatal("subscribed with every dial refused")
+	}
+	refuse.Store(false)
+	// go-redis subscribes its whole set again in one command.
+	waitUntil(t, 10*time.Second, "the channel "+keep+" to be subscribed again", func() bool {
+		return admin.PubSubShardNumSub(ctx, keep).Val()[keep] == 1
+	})
+	if n := admin.PubSubShardNumSub(ctx, gone).Val()[gone]; n != 0 {
+		t.Errorf("the channel %s, whose subscription failed, has %d subscribers after the reconnection, want 0", gone, n)
+	}
+}
+
 // Whether a hand-over goes by SPUBLISH depends on the ACL of the user
 // whose release runs the script, while the kind of subscription is chosen
 // by what the waiter's own user may do. A waiter whose user may not
@@ -1001,8 +1050,9 @@ func TestWakeCloseEndsLockWaitingForHungSubscription(t *testing.T) {
 // Close while go-redis's read goroutine waits for the handshake of the
 // pub/sub connection it dialed again, to a server that accepts connections
 // but answers nothing: no context ends that read, only the client's
-// ReadTimeout (30 s here). Close returns within its bound all the same, and
-// the read goroutine ends once the server answers.
+// ReadTimeout (30 s here). Close waits for that reader closeReadersWait at
+// most, not the whole of its 5 s bound, which its waits for the calls
+// under way share, and the read goroutine ends once the server answers.
 func TestWakeCloseBoundedByHungHandshake(t *testing.T) {
 	srv := redistest.Start(t)
 	hd := newHungDial(t, srv.Addr(), srv.Client(t))
@@ -1020,7 +1070,11 @@ func TestWakeCloseBoundedByHungHandshake(t *testing.T) {
 	defer srv.Resume(t)
 	hd.unblock()
 	waitUntil(t, 5*time.Second, "the handshake of the connection dialed again", func() bool { return inPubSubCall(ps, "initConn") })
+	start := time.Now()
 	closeWithin(t, c, "a pub/sub connection's handshake hung")
+	if d := time.Since(start); d > closeReadersWait+time.Second {
+		t.Errorf("Close took %v with a pub/sub handshake hung: it waits for the reader %v at most", d, closeReadersWait)
+	}
 	srv.Resume(t)
 	testutil.Receive(t, sh.done, 5*time.Second, "the read goroutine to end")
 }

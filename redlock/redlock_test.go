@@ -703,6 +703,41 @@ func TestLongRetryDelay(t *testing.T) {
 	}
 }
 
+// The backoff grows RetryDelay after each failed attempt: a very long one
+// saturates instead of overflowing to no delay at all. Here the first
+// attempt waits only until another client's hold on the one node up runs
+// out; every attempt after it backs off for (nearly) RetryDelay, so Lock
+// makes a couple of attempts before ctx ends, not thousands.
+func TestLongRetryDelayDoesNotOverflowToNoDelay(t *testing.T) {
+	cl := startCluster(t, 3)
+	var sent atomic.Int64
+	cl.rdbs[0].AddHook(countingHook{n: &sent})
+	other, err := redlock.New(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Lock(context.Background(), "long-retry", dlock.WithTTL(200*time.Millisecond), dlock.WithoutRenewal()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: time.Second, RetryDelay: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl.srvs[1].Stop(t)
+	cl.srvs[2].Stop(t)
+	from := sent.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "long-retry"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v, want the context's deadline", err)
+	}
+	if n := sent.Load() - from; n > 20 {
+		t.Errorf("%d commands to the node that is up in 600 ms: Lock retried without backing off", n)
+	}
+}
+
 // Two cluster clients of the same addresses are one node given twice: its
 // vote would count twice, as two clients of one address would.
 func TestSameClusterTwiceIsRefused(t *testing.T) {
