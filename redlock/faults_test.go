@@ -957,10 +957,13 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 			gotOther <- -1
 			return
 		}
-		gotOther <- refusals()
+		at := refusals()
+		// Before the test hears of it: once it has, it returns and
+		// closes the waiter's node clients.
 		if err := l.Unlock(ctx); err != nil {
 			t.Error(err)
 		}
+		gotOther <- at
 	}()
 	// Node 0 allows other's channel alone.
 	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
