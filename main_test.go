@@ -125,16 +125,31 @@ var waitUntil = testutil.WaitUntil
 // on order once it holds it (-1 if Lock failed) and unlocks: the tests of
 // the queue's order read from order which waiter was served when.
 func lockInTurn(t *testing.T, c *Client, key string, turn int, order chan<- int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	// The Unlock follows the send, so that the next waiter's turn comes
+	// after this one's, and a test that has its last turn returns: its
+	// clean-up, registered before this one and so run after it, closes c.
+	// The waiter must have ended by then, its Unlock too; one never served
+	// (a failed test) is let go.
+	t.Cleanup(func() {
+		cancel()
+		testutil.Receive(t, done, 5*time.Second, "the waiter in turn "+strconv.Itoa(turn)+" to end")
+	})
 	go func() {
-		ctx := context.Background()
+		defer close(done)
 		w, err := c.Lock(ctx, key)
 		if err != nil {
-			t.Error(err)
+			if ctx.Err() == nil {
+				t.Error(err)
+			}
 			order <- -1
 			return
 		}
 		order <- turn
-		_ = w.Unlock(ctx)
+		if err := w.Unlock(context.Background()); err != nil {
+			t.Error(err)
+		}
 	}()
 }
 
