@@ -134,9 +134,15 @@ func (f *connFlags) validate(cmd *cobra.Command) error {
 // checkAddrs refuses a --sentinel or --cluster address that is not
 // host:port: go-redis has no default port for them, and would report a
 // dial error (or, for Sentinel, only a timeout), or dial localhost:6379 for
-// an empty one ("--cluster a:7000,").
+// an empty one ("--cluster a:7000,"). One with credentials in it is
+// refused without printing them.
 func checkAddrs(flag string, addrs []string) error {
 	for _, addr := range addrs {
+		if strings.Contains(addr, "@") {
+			// Credentials (a URL pasted here): never printed, nor left
+			// for a dial error to quote as the host it could not find.
+			return usagef("%s %q: an address must be host:port (credentials go in the --redis URL)", flag, addrText(addr))
+		}
 		_, port, err := net.SplitHostPort(addr)
 		if err == nil {
 			_, err = strconv.ParseUint(port, 10, 16)
@@ -146,6 +152,16 @@ func checkAddrs(flag string, addrs []string) error {
 		}
 	}
 	return nil
+}
+
+// addrText is a --sentinel or --cluster address with an '@' in it as an
+// error shows it: its scheme, if any, and host, not what comes between.
+func addrText(addr string) string {
+	at := strings.LastIndex(addr, "@")
+	if scheme, _, ok := strings.Cut(addr[:at], "://"); ok {
+		return scheme + "://" + redacted + addr[at:]
+	}
+	return redacted + addr[at:]
 }
 
 // badURL is the usage error for a URL that does not parse. A *url.Error

@@ -194,3 +194,31 @@ func TestLoneUserinfoRedactedInURLOnly(t *testing.T) {
 		t.Errorf("bad URL with a lone userinfo: stderr %q", r.stderr)
 	}
 }
+
+// A --cluster or --sentinel address with credentials in it (a URL pasted
+// there, or user:password@host:port) is a usage error whose line names the
+// address without them: the password belongs in the --redis URL, and must
+// not be printed from here either, nor reach a dial error that quotes the
+// host it could not look up ("lookup secret@host: no such host").
+func TestNodeAddressDoesNotPrintPassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ addr, want string }{
+		{"redis://:" + secret + "@127.0.0.1:6379", `"redis://xxxxx@127.0.0.1:6379"`},
+		{"rediss://default:" + secret + "@127.0.0.1:6379", `"rediss://xxxxx@127.0.0.1:6379"`},
+		{"default:" + secret + "@127.0.0.1:6379", `"xxxxx@127.0.0.1:6379"`},
+		{secret + "@127.0.0.1:6379", `"xxxxx@127.0.0.1:6379"`},
+	} {
+		for _, args := range [][]string{
+			{"--cluster", tc.addr, "list"},
+			{"--sentinel-master", "m", "--sentinel", "127.0.0.1:26379," + tc.addr, "inspect", "k"},
+		} {
+			r := dlockRun(t, nil, args...)
+			if got := lines(r.stderr); r.code != exitUsage || len(got) != 1 || !strings.Contains(got[0], tc.want) {
+				t.Errorf("dlock %s: exit status %d, stderr %q; want %d and %s", strings.Join(args, " "), r.code, r.stderr, exitUsage, tc.want)
+			}
+			if strings.Contains(r.stderr+r.stdout, secret) {
+				t.Errorf("dlock %s: the password was printed: %q", strings.Join(args, " "), r.stderr)
+			}
+		}
+	}
+}

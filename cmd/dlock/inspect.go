@@ -119,7 +119,7 @@ func writeInfo(w io.Writer, info *dlock.LockInfo, indent string) error {
 	}
 	f.line("fence", "%d", info.Fence)
 	f.line("holds", "%d", info.HoldCount)
-	f.line("owner", "%s", info.Owner)
+	f.line("owner", "%s", textOrEmpty(info.Owner)) // free text, as the holder's host
 	f.line("waiters", "%d", info.Waiters)
 	return f.err
 }

@@ -169,3 +169,29 @@ func TestOddKeysInJSONOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestOddOwnerInHumanOutput: a lock's owner token, as the holder's host and
+// client, is written by whichever code took the lock; one made by other
+// code may hold a newline. inspect and release --force show it quoted, so
+// that it cannot forge a line ("state free") under a held lock.
+func TestOddOwnerInHumanOutput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := redisURL(srv.Addr())
+	owner := "tok\nstate     free"
+	if err := srv.Client(t).HSet(context.Background(), "dlock:{odd-owner}", ":fence", "7", owner, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"inspect", "odd-owner"}, {"release", "--force", "odd-owner"}} {
+		r := dlockRun(t, nil, append([]string{"--redis", url}, args...)...).want(t, 0)
+		var states []string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "state") {
+				states = append(states, strings.TrimSpace(line))
+			}
+		}
+		if len(states) != 1 || states[0] != "state     held" || !strings.Contains(r.stdout, strconv.Quote(owner)) {
+			t.Errorf("dlock %s of a lock held by owner %q:\n%s", strings.Join(args, " "), owner, r.stdout)
+		}
+	}
+}

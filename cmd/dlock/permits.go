@@ -113,7 +113,7 @@ func writeSemaphoreInfo(w io.Writer, info *dlock.SemaphoreInfo, indent string) e
 // the writer.
 func writePermits(w io.Writer, h *dlock.PermitsInfo, kind, indent string) error {
 	f := &fields{w: w, indent: indent}
-	f.line("owner", "%s", h.Owner)
+	f.line("owner", "%s", textOrEmpty(h.Owner)) // free text, as the holder's host
 	f.line("holder", "%s", holderText(h.Holder))
 	switch {
 	case kind != "rwmutex":
