@@ -797,21 +797,7 @@ func TestTxnAfterAnEarlyRenewal(t *testing.T) {
 	// one's due time: a Txn of a bit less than half the lease.
 	at(ttl * 13 / 24) // 3.25 s
 	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { time.Sleep(ttl*29/60 - 50*time.Millisecond) }})
-	calls := 0
-	err := b.Txn(ctx, func(pipe redis.Pipeliner) error {
-		calls++
-		pipe.Incr(ctx, b.SlotKey("n"))
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(b.Context()))
-	}
-	if calls != 1 {
-		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
-	}
-	if n := rdb.Get(ctx, b.SlotKey("n")).Val(); n != "1" {
-		t.Fatalf("counter = %q, want 1", n)
-	}
+	txnIncrOnce(t, rdb, b, "a renewal moved the key meanwhile")
 }
 
 // A Txn begun while its lock's renewal could go early (within a sixth of
@@ -829,24 +815,10 @@ func TestTxnInTheEarlyRenewalWindowDoesNotWaitForTheDueTime(t *testing.T) {
 	defer l.Unlock(ctx)
 	time.Sleep(time.Until(began.Add(ttl * 11 / 60))) // 1.1 s
 	start := time.Now()
-	calls := 0
-	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
-		calls++
-		pipe.Incr(ctx, l.SlotKey("n"))
-		return nil
-	})
+	txnIncrOnce(t, rdb, l, "a renewal moved the key meanwhile")
 	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(l.Context()))
-	}
 	if took > ttl/10 { // the due time is 900 ms away
 		t.Errorf("Txn took %v: it waited for the renewal's due time, 0.9 s away, instead of sending it", took.Round(time.Millisecond))
-	}
-	if calls != 1 {
-		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
-	}
-	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
-		t.Fatalf("counter = %q, want 1", n)
 	}
 }
 
@@ -877,21 +849,7 @@ func TestTxnRenewalNotPulledIntoAnotherLocksRound(t *testing.T) {
 		case <-time.After(ttlB):
 		}
 	}})
-	calls := 0
-	err := a.Txn(ctx, func(pipe redis.Pipeliner) error {
-		calls++
-		pipe.Incr(ctx, a.SlotKey("n"))
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(a.Context()))
-	}
-	if calls != 1 {
-		t.Errorf("Txn called fn %d times, want 1: a's renewal went with b's and moved the key", calls)
-	}
-	if n := rdb.Get(ctx, a.SlotKey("n")).Val(); n != "1" {
-		t.Fatalf("counter = %q, want 1", n)
-	}
+	txnIncrOnce(t, rdb, a, "a's renewal went with b's and moved the key")
 }
 
 // After an Extend to a shorter lease whose outcome is unknown, a Txn holds
@@ -912,21 +870,7 @@ func TestTxnAfterShorterExtendOfUnknownOutcome(t *testing.T) {
 		t.Fatal("Extend with its reply lost succeeded")
 	}
 	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { time.Sleep(short * 7 / 15) }}) // 1.4 s
-	calls := 0
-	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
-		calls++
-		pipe.Incr(ctx, l.SlotKey("n"))
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(l.Context()))
-	}
-	if calls != 1 {
-		t.Errorf("Txn called fn %d times, want 1: a renewal moved the key meanwhile", calls)
-	}
-	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
-		t.Fatalf("counter = %q, want 1", n)
-	}
+	txnIncrOnce(t, rdb, l, "a renewal moved the key meanwhile")
 }
 
 // renewSignal sends on ch when key's lease is renewed.
@@ -1053,4 +997,26 @@ func TestTxnWaitingForARenewalAtCloseDuringUnlock(t *testing.T) {
 	}
 	held.release()
 	_ = testutil.Receive(t, unlocked, 5*time.Second, "Unlock")
+}
+
+// txnIncrOnce runs a Txn of l that increments its "n" counter, and checks
+// that it applied, with fn called once: why says what a second call means.
+func txnIncrOnce(t *testing.T, rdb *redis.Client, l *Lock, why string) {
+	t.Helper()
+	ctx := context.Background()
+	calls := 0
+	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		calls++
+		pipe.Incr(ctx, l.SlotKey("n"))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Txn = %v after %d calls of fn (its Context: %v)", err, calls, context.Cause(l.Context()))
+	}
+	if calls != 1 {
+		t.Errorf("Txn called fn %d times, want 1: %s", calls, why)
+	}
+	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
+		t.Fatalf("counter = %q, want 1", n)
+	}
 }
