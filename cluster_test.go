@@ -1752,40 +1752,7 @@ func TestClusterClosingAHungSubscriptionDoesNotHoldBackOtherWaiters(t *testing.T
 	cancelB()
 	<-gotB
 	// Closed, or being closed: the close waiting for the dial.
-	waitUntil(t, 10*time.Second, "b's connection to be closed", func() bool {
-		if w.mu.TryLock() {
-			_, open := w.shards[c.wakeChannel(b)]
-			w.mu.Unlock()
-			if !open {
-				return true
-			}
-		}
-		buf := make([]byte, 1<<20)
-		stack := buf[:runtime.Stack(buf, true)]
-		return bytes.Contains(stack, []byte("(*wakeups).unsubscribe")) && bytes.Contains(stack, []byte("(*PubSub).Close"))
-	})
-
-	released := time.Now()
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-gotA:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		_ = r.l.Unlock(ctx)
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
-		}
-	case <-time.After(3 * time.Second):
-		t.Error("the waiter of a, on a healthy master, held back by the close of b's hung subscription")
-		unblock()
-		r := <-gotA
-		if r.l != nil {
-			_ = r.l.Unlock(ctx)
-		}
-	}
+	closedThenOtherServed(t, c, b, la, gotA, unblock, "b's hung subscription")
 }
 
 // As above, with the pub/sub connection dialed again to a master that
@@ -1834,38 +1801,7 @@ func TestClusterClosingASubscriptionInAHungHandshakeDoesNotHoldBackOtherWaiters(
 	// is closed.
 	cancelB()
 	<-gotB
-	waitUntil(t, 10*time.Second, "b's connection to be closed", func() bool {
-		if w.mu.TryLock() {
-			_, open := w.shards[c.wakeChannel(b)]
-			w.mu.Unlock()
-			if !open {
-				return true
-			}
-		}
-		buf := make([]byte, 1<<20)
-		stack := buf[:runtime.Stack(buf, true)]
-		return bytes.Contains(stack, []byte("(*wakeups).unsubscribe")) && bytes.Contains(stack, []byte("(*PubSub).Close"))
-	})
-
-	released := time.Now()
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-gotA:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		_ = r.l.Unlock(ctx)
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
-		}
-	case <-time.After(3 * time.Second):
-		t.Error("the waiter of a, on a healthy master, held back by the close of b's subscription in a hung handshake")
-		if r := <-gotA; r.l != nil { // at the handshake's ReadTimeout
-			_ = r.l.Unlock(ctx)
-		}
-	}
+	closedThenOtherServed(t, c, b, la, gotA, func() {}, "b's subscription in a hung handshake")
 }
 
 // Client.Close stops the pub/sub connections. If one of them is being
@@ -2110,6 +2046,49 @@ func TestClusterLockBegunDuringSlotMigrationWaits(t *testing.T) {
 		}
 		if err := r.l.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// closedThenOtherServed waits until the connection of b's channel is
+// closed, or being closed (stuck in go-redis's PubSub.Close), then
+// releases la and checks that the waiter of a (gotA), whose channel is on
+// a healthy master, gets it at once, not held back by the close of what
+// (unblock lets that close go if it does).
+func closedThenOtherServed(t *testing.T, c *Client, b string, la *Lock, gotA <-chan lockResult, unblock func(), what string) {
+	t.Helper()
+	ctx := context.Background()
+	w := c.be.(*node).wake
+	waitUntil(t, 10*time.Second, "b's connection to be closed", func() bool {
+		if w.mu.TryLock() {
+			_, open := w.shards[c.wakeChannel(b)]
+			w.mu.Unlock()
+			if !open {
+				return true
+			}
+		}
+		buf := make([]byte, 1<<20)
+		stack := buf[:runtime.Stack(buf, true)]
+		return bytes.Contains(stack, []byte("(*wakeups).unsubscribe")) && bytes.Contains(stack, []byte("(*PubSub).Close"))
+	})
+	released := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-gotA:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.l.Unlock(ctx)
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("the waiter of a, on a healthy master, got its lock %v after the release", d.Round(time.Millisecond))
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("the waiter of a, on a healthy master, held back by the close of %s", what)
+		unblock()
+		if r := <-gotA; r.l != nil { // once the close is let go, or at the handshake's ReadTimeout
+			_ = r.l.Unlock(ctx)
 		}
 	}
 }
