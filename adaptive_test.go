@@ -274,42 +274,20 @@ func TestAdaptiveLeaseLearnsFromLateGrant(t *testing.T) {
 	t.Errorf("3 acquisitions over a slow link failed (stats %+v): %v", holdStats(t, c, "remote"), err)
 }
 
-// holdstats.lua: statistics that are not finite numbers ("inf", "nan",
-// read by Lua's tonumber as numbers) are corrupt like any other value that
-// is not a number: the next hold starts them again. Averaged with them,
-// they stayed "inf" or "nan" at every hold, unreadable to HoldStats, so the
-// adaptive lease never applied while the lock kept being used.
-func TestHoldStatsNotFiniteStartAgain(t *testing.T) {
-	c, rdb, _ := newTestClient(t)
-	ctx := context.Background()
-	n := c.be.(*node)
-	for _, bad := range []string{"inf", "-inf", "nan"} {
-		key := "stats-" + bad
-		rdb.HSet(ctx, statsKey(c.keys(key)), "mean_us", bad, "dev_us", "0", "n", "5")
-		l := mustLock(t, c, key, WithoutRenewal(), WithTTL(5*time.Second), WithAdaptiveTTL(2, 0))
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		s, err := n.HoldStats(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Samples != 1 {
-			t.Errorf("mean_us %q: stats after a hold = %+v (hash %v), want 1 sample", bad, s, rdb.HGetAll(ctx, statsKey(c.keys(key))).Val())
-		}
-	}
-}
-
 // holdstats.lua: statistics HoldStats cannot read back once written are
-// corrupt too: a sample count that is not a whole number ("1.5", which
-// Lua kept adding 1 to), negative, or past what a double counts exactly,
-// and averages past an int64 of microseconds ("1e300", which took
-// thousands of holds to decay). The next hold starts them again.
+// corrupt like any other value that is not a number, and the next hold
+// starts them again: values that are not finite ("inf", "nan", read by
+// Lua's tonumber as numbers, stayed so at every hold, and the adaptive
+// lease never applied while the lock kept being used), a sample count
+// that is not a whole number ("1.5", which Lua kept adding 1 to),
+// negative, or past what a double counts exactly, and averages past an
+// int64 of microseconds ("1e300", which took thousands of holds to decay).
 func TestHoldStatsUnreadableStartAgain(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	n := c.be.(*node)
 	for i, bad := range [][3]string{
+		{"inf", "0", "5"}, {"-inf", "0", "5"}, {"nan", "0", "5"},
 		{"1000", "0", "1.5"}, {"1000", "0", "-3"}, {"1000", "0", "1e300"},
 		{"1e300", "0", "5"}, {"1000", "1e300", "5"}, {"-1e300", "0", "5"},
 	} {
