@@ -636,20 +636,9 @@ func TestTxnBegunDuringAnotherDoesNotStartOver(t *testing.T) {
 	granted, _, _ := hold()
 
 	// The first Txn holds the renewal back until its fn is let go.
-	inFirst, letGo := make(chan struct{}), make(chan struct{})
-	var firstCalls, secondCalls atomic.Int32
-	first := make(chan error, 1)
-	go func() {
-		first <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
-			if firstCalls.Add(1) == 1 {
-				close(inFirst)
-				<-letGo
-			}
-			pipe.Incr(ctx, l.SlotKey("n"))
-			return nil
-		})
-	}()
-	<-inFirst
+	first := startHeldTxn(l)
+	<-first.in
+	var secondCalls atomic.Int32
 	// Past the renewal's due time (a third of the lease): the second Txn
 	// has less than half the lease before the renewal goes regardless.
 	waitUntil(t, 5*time.Second, "the renewal's due time", func() bool {
@@ -680,14 +669,14 @@ func TestTxnBegunDuringAnotherDoesNotStartOver(t *testing.T) {
 		_, _, waiting := hold()
 		return waiting || secondCalls.Load() > 0
 	})
-	close(letGo)
-	if err := <-first; err != nil {
+	close(first.letGo)
+	if err := <-first.done; err != nil {
 		t.Fatalf("first Txn = %v", err)
 	}
 	if err := <-second; err != nil {
 		t.Fatalf("second Txn = %v", err)
 	}
-	if n := firstCalls.Load(); n != 1 {
+	if n := first.calls.Load(); n != 1 {
 		t.Errorf("first Txn called fn %d times, want 1", n)
 	}
 	if n := secondCalls.Load(); n != 1 {
@@ -719,21 +708,8 @@ func TestTxnBehindOthersGoesWhenTheyEnd(t *testing.T) {
 		return l.h.nextRenew.Add(-l.h.slack), other.h.nextRenew, l.h.idle != nil
 	}
 
-	inFirst, letGo := make(chan struct{}), make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		first <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
-			select {
-			case <-inFirst:
-			default:
-				close(inFirst)
-				<-letGo
-			}
-			pipe.Incr(ctx, l.SlotKey("n"))
-			return nil
-		})
-	}()
-	<-inFirst
+	first := startHeldTxn(l)
+	<-first.in
 	// Past the instant the renewal may go: the second Txn waits for it.
 	waitUntil(t, 5*time.Second, "the renewal's first instant", func() bool {
 		from, _, _ := hold()
@@ -755,8 +731,8 @@ func TestTxnBehindOthersGoesWhenTheyEnd(t *testing.T) {
 	})
 	_, otherRenew, _ := hold()
 	ended := time.Now()
-	close(letGo)
-	if err := <-first; err != nil {
+	close(first.letGo)
+	if err := <-first.done; err != nil {
 		t.Fatalf("first Txn = %v", err)
 	}
 	if err := <-second; err != nil {
@@ -1019,4 +995,30 @@ func txnIncrOnce(t *testing.T, rdb *redis.Client, l *Lock, why string) {
 	if n := rdb.Get(ctx, l.SlotKey("n")).Val(); n != "1" {
 		t.Fatalf("counter = %q, want 1", n)
 	}
+}
+
+// heldTxn is a Txn of a Lock, run in the background, that increments the
+// lock's "n" counter and whose fn, the first time it is called, waits
+// until letGo is closed: a Txn under way for as long as a test needs.
+type heldTxn struct {
+	in    chan struct{} // closed once fn is first called
+	letGo chan struct{}
+	calls atomic.Int32 // of fn
+	done  chan error   // the Txn's outcome
+}
+
+func startHeldTxn(l *Lock) *heldTxn {
+	h := &heldTxn{in: make(chan struct{}), letGo: make(chan struct{}), done: make(chan error, 1)}
+	ctx := context.Background()
+	go func() {
+		h.done <- l.Txn(ctx, func(pipe redis.Pipeliner) error {
+			if h.calls.Add(1) == 1 {
+				close(h.in)
+				<-h.letGo
+			}
+			pipe.Incr(ctx, l.SlotKey("n"))
+			return nil
+		})
+	}()
+	return h
 }
