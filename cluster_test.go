@@ -1403,49 +1403,6 @@ func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 	}
 }
 
-// A master that no longer serves a lock's slot (its slots being
-// reassigned) answers CLUSTERDOWN. A queued waiter keeps its place through
-// that, as through a failover, and gets the lock when it is released once
-// the slot is served again.
-func TestClusterQueuedWaiterKeepsPlaceThroughClusterDown(t *testing.T) {
-	ctx := context.Background()
-	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	holder := newClientOn(t, cc)
-	wc := cl.Client(t)
-	down := newReplySeen("CLUSTERDOWN")
-	wc.AddHook(down)
-	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
-	const key = "unserved"
-	l := mustLock(t, holder, key)
-	// A short lease: the waiter checks every 100 ms.
-	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
-	k := holder.keys(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
-
-	m := redis.NewClient(&redis.Options{Addr: masterOf(t, cc, holder, key)})
-	defer m.Close()
-	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
-	if err := m.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Receive(t, down.seen, 10*time.Second, "a check of the waiter answered CLUSTERDOWN")
-	if err := m.Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 5*time.Second, "the slot to be served again", func() bool { return cc.Exists(ctx, k.lock).Err() == nil })
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := testutil.Receive(t, got, 10*time.Second, "the waiter to get the lock")
-	if r.err != nil {
-		t.Fatalf("Lock of a waiter queued through CLUSTERDOWN = %v", r.err)
-	}
-	if err := r.l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A Client whose ClusterClient sent nothing since its lock's master was
 // failed over (a holder between renewals) still has the dead master in its
 // slot map. Its Unlock must reach the promoted replica, not fail with the
