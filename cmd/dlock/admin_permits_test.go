@@ -132,6 +132,12 @@ func TestReleaseForcePermits(t *testing.T) {
 	if strings.Contains(holder.stderr.String(), `lock "pool"`) {
 		t.Errorf("holder's stderr speaks of a lock:\n%s", holder.stderr.String())
 	}
+	// Each line names the semaphore once, and still gives the cause.
+	for _, line := range lines(holder.stderr.String()) {
+		if strings.Count(line, `"pool"`) > 1 || strings.Contains(line, "lost") && !strings.Contains(line, "(permits lost: ") {
+			t.Errorf("holder's stderr line names the semaphore more than once, or lacks the cause: %q", line)
+		}
+	}
 
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", before.Owner, "pool").want(t, exitFailure)
 	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], "nothing was removed") {
@@ -356,6 +362,9 @@ func TestAdminPermitsForeignDataAtWaiters(t *testing.T) {
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", l.Token(), "enc")
 	if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
 		t.Errorf("release --force: status %d\nstdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `semaphore force release "enc"`) || strings.Contains(r.stderr, "inspect") {
+		t.Errorf("release --force does not name the release in its note: %q", r.stderr)
 	}
 	if n := rdb.Exists(ctx, "dlock:{enc}:semaphore").Val(); n != 0 {
 		t.Error("the holder is still there after release --force")

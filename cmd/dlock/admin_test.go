@@ -377,6 +377,9 @@ func TestAdminForeignDataAtLockNames(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
 			t.Errorf("%s: release --force: status %d\nstdout:\n%s\nstderr: %s", name, r.code, r.stdout, r.stderr)
 		}
+		if wantErr != "" && (!strings.Contains(r.stderr, `force release "`+name+`"`) || strings.Contains(r.stderr, "inspect")) {
+			t.Errorf("%s: release --force does not name the release in its note: %q", name, r.stderr)
+		}
 		if rdb.Exists(ctx, "dlock:{"+name+"}").Val() != 0 {
 			t.Errorf("%s: the lock is still there after release --force", name)
 		}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"runtime"
 	"time"
 
@@ -14,6 +13,12 @@ import (
 // benchSpareConns are the connections bench needs besides one per
 // goroutine or worker.
 const benchSpareConns = 10
+
+// maxBenchConcurrency bounds --goroutines and --workers. Each needs a
+// connection (a worker, a pub/sub one besides): more than some thousands
+// pass Redis's default maxclients (10000), and a mistyped count must not
+// start that many goroutines.
+const maxBenchConcurrency = 1000
 
 // minBenchDuration is the shortest --duration: enough for some pairs and
 // hand-overs on any Redis worth measuring.
@@ -70,10 +75,10 @@ of the dlock repository.`,
 				return usagef("--goroutines and --workers must not be negative")
 			case f.goroutines == 0 && f.workers == 0:
 				return usagef("nothing to measure: --goroutines and --workers are both 0")
-			case max(f.goroutines, f.workers) > math.MaxInt32-benchSpareConns:
-				// Each needs a connection, and go-redis panics on a pool
-				// larger than an int32.
-				return usagef("--goroutines %d and --workers %d: at most %d", f.goroutines, f.workers, math.MaxInt32-benchSpareConns)
+			case f.goroutines > maxBenchConcurrency:
+				return usagef("--goroutines %d: at most %d (each holds a connection to Redis)", f.goroutines, maxBenchConcurrency)
+			case f.workers > maxBenchConcurrency:
+				return usagef("--workers %d: at most %d (each holds connections to Redis)", f.workers, maxBenchConcurrency)
 			case f.duration < minBenchDuration:
 				// Shorter, a scenario ends before its first pair or
 				// hand-over, and the figures are zeros.
@@ -92,8 +97,8 @@ of the dlock repository.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVar(&f.goroutines, "goroutines", 32, "uncontended: goroutines, each on its own key (0 skips)")
-	fs.IntVar(&f.workers, "workers", 16, "contended: workers on one key (0 skips)")
+	fs.IntVar(&f.goroutines, "goroutines", 32, fmt.Sprintf("uncontended: goroutines, each on its own key (0 skips; at most %d)", maxBenchConcurrency))
+	fs.IntVar(&f.workers, "workers", 16, fmt.Sprintf("contended: workers on one key (0 skips; at most %d)", maxBenchConcurrency))
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "contended: time spent holding the lock")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long each scenario runs (at least 100ms)")
 	fs.BoolVar(&f.private, "private", false, "start a private redis-server from $PATH for the run")

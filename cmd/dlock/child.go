@@ -304,7 +304,7 @@ func (a *app) supervise(ch *child, l *dlock.Lock, held string, sigs <-chan os.Si
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case <-lockDone:
 			cause := lossCause(l)
-			stop(cause, fmt.Sprintf("lost the %s (%s)", held, a.errorLine(cause)))
+			stop(cause, fmt.Sprintf("lost the %s (%s)", held, a.causeLine(cause, l.Key())))
 		case <-holdC:
 			stop(errMaxHold, fmt.Sprintf("--max-hold %v passed for %s", maxHold, held))
 		case <-graceC:

@@ -16,6 +16,10 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
+// maxDemoWorkers bounds --workers: each is a process of its own, and a
+// mistyped count must not start thousands of them.
+const maxDemoWorkers = 64
+
 // demoFlags are the flags of `dlock demo`.
 type demoFlags struct {
 	workers    int
@@ -53,6 +57,9 @@ cannot be reached or failed meanwhile, or redis-server is missing.`,
 			if f.workers < 2 || f.increments < 1 {
 				return usagef("demo needs --workers >= 2 and --increments >= 1")
 			}
+			if f.workers > maxDemoWorkers {
+				return usagef("--workers %d: at most %d (each is a process)", f.workers, maxDemoWorkers)
+			}
 			if f.lease < 100*time.Millisecond || f.lease > dlock.MaxTTL {
 				return usagef("--lease %v: must be between 100ms and %v", f.lease, dlock.MaxTTL)
 			}
@@ -60,7 +67,7 @@ cannot be reached or failed meanwhile, or redis-server is missing.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVar(&f.workers, "workers", 4, "worker processes sharing the counter")
+	fs.IntVar(&f.workers, "workers", 4, fmt.Sprintf("worker processes sharing the counter (2 to %d)", maxDemoWorkers))
 	fs.IntVar(&f.increments, "increments", 50, "increments per worker")
 	fs.DurationVar(&f.lease, "lease", time.Second, "lease of the holder that gets frozen")
 	return cmd

@@ -81,7 +81,11 @@ func TestBadInput(t *testing.T) {
 		{"long meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1025), "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata longer than 1024 bytes"},
 		{"meta not UTF-8, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", "job \xff", "k", "--", "echo", "ran"}, exitUsage, "invalid option: metadata is not valid UTF-8"},
 		{"longest meta, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--meta", strings.Repeat("m", 1024), "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
-		{"bench past the connection pool's size, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--goroutines", "3000000000"}, exitUsage, "--goroutines 3000000000 and --workers 16: at most 2147483637"},
+		{"bench past the connection pool's size, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--goroutines", "3000000000"}, exitUsage, "--goroutines 3000000000: at most 1000"},
+		// Each a goroutine (with a connection) or a process of its own.
+		{"bench goroutines past the bound, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--goroutines", "1001"}, exitUsage, "--goroutines 1001: at most 1000"},
+		{"bench workers past the bound, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--workers", "100000"}, exitUsage, "--workers 100000: at most 1000"},
+		{"demo workers past the bound, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "demo", "--workers", "65"}, exitUsage, "--workers 65: at most 64"},
 		{"bench shorter than measurable", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--duration", "1ns"}, exitUsage, "--duration 1ns: at least 100ms"},
 		{"bench hold past its duration", nil, []string{"--redis", redisURL(stopped.Addr()), "bench", "--hold", "2s", "--duration", "1s"}, exitUsage, "--hold 2s: must be shorter than --duration 1s"},
 		{"open class in list pattern, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "list", "a["}, exitUsage, `list pattern "a[" leaves a character class open`},
@@ -112,6 +116,34 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("the password was printed: %q", r.stderr)
 			}
 		})
+	}
+}
+
+// README: "Passwords never appear in output or errors", -v's log included,
+// which is not redacted as errors are: what it logs (go-redis's messages,
+// the library's key, kind, fence and errors, whose Redis replies and
+// network errors do not quote credentials) carries none. The URLs are
+// checked before anything is logged.
+func TestVerboseLogCarriesNoPassword(t *testing.T) {
+	t.Parallel()
+	guarded := redistest.Start(t, redistest.WithConfig("requirepass", secret))
+	for _, tc := range []struct {
+		url  string
+		args []string
+		code int
+	}{
+		{"redis://default:" + secret + "@" + guarded.Addr(), []string{"run", "k", "--", "true"}, 0},
+		{"redis://:" + secret + "@" + guarded.Addr(), []string{"run", "--capacity", "2", "k", "--", "true"}, 0},
+		{"redis://default:" + secret + "x@" + guarded.Addr(), []string{"list"}, exitUnavailable},
+		{"redis://" + secret + "@" + guarded.Addr(), []string{"inspect", "k"}, exitUnavailable},
+	} {
+		r := dlockRun(t, nil, append([]string{"-v", "--redis", tc.url}, tc.args...)...).want(t, tc.code)
+		if tc.code == 0 && !strings.Contains(r.stderr, "level=DEBUG") {
+			t.Errorf("dlock -v %s: nothing logged: %q", strings.Join(tc.args, " "), r.stderr)
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("dlock -v %s: the password was printed:\n%s", strings.Join(tc.args, " "), r.stderr)
+		}
 	}
 }
 

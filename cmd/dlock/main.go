@@ -26,7 +26,9 @@
 // get the lock (--no-wait, --wait); 79 when `run` lost the lock while its
 // command ran; 128+N when signal N interrupted a wait for the lock, `demo`
 // or `bench`; 1 for anything else (for example `release --force` of a lock
-// that is not held, or output that cannot be written).
+// that is not held, or output that cannot be written). A closed pipe
+// (`dlock list | head -1`) ends dlock by SIGPIPE, as it does ls (the
+// shell's 141), but for demo and bench, which clean up and exit 1.
 package main
 
 import "os"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -83,6 +84,7 @@ it exits with status 64, as run --capacity does.`,
 				return a.releasePermits(ctx, p, &kind, key, owner, asJSON)
 			}
 			info, other := c.locks.Inspect(ctx, key)
+			other = asRelease(other)
 			if info == nil {
 				return redisFailure(other)
 			}
@@ -145,6 +147,7 @@ func (a *app) releasePermits(ctx context.Context, p permitsAdmin, kind *kindFlag
 	// other, if not nil, is other code's data at the waiters' name: the
 	// permits are taken away all the same, and that data left as it is.
 	info, other := p.Inspect(ctx)
+	other = asRelease(other)
 	if info == nil {
 		return redisFailure(other)
 	}
@@ -190,3 +193,27 @@ func (a *app) releasePermits(ctx context.Context, p permitsAdmin, kind *kindFlag
 	}
 	return nil
 }
+
+// asRelease is err, from the Inspect that release --force reads the holder
+// with, said as the release's: the library's error names its Inspect
+// (`inspect "KEY"`), and the operator ran no inspect. The library's
+// ForceRelease, which comes next, names itself "force release".
+func asRelease(err error) error {
+	if err == nil {
+		return nil
+	}
+	return releaseError{err}
+}
+
+// releaseError is an Inspect error as asRelease says it.
+type releaseError struct{ error }
+
+func (e releaseError) Error() string {
+	return inspectOp.ReplaceAllString(e.error.Error(), "${1}force release ")
+}
+
+func (e releaseError) Unwrap() error { return e.error }
+
+// inspectOp is the start of the library's Inspect errors: `dlock: inspect `,
+// or for permits `dlock: semaphore inspect ` (rwmutex).
+var inspectOp = regexp.MustCompile(`^(dlock: (?:semaphore |rwmutex )?)inspect `)

@@ -73,8 +73,10 @@ var whiteSpace = regexp.MustCompile(`\s+`)
 // there, which tells someone running dlock nothing: after the error since
 // Redis 7.0 (" script: SHA, on @user_script:N."), before it earlier ("ERR
 // Error running script (call to f_SHA): @user_script:N: ", then
-// "@user_script: N: -" before a command's own error, READONLY say).
-var scriptPlace = regexp.MustCompile(` ?script: [0-9a-f]{40}, on @user_script:\d+\.|ERR Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: (?:@user_script: \d+: -)?`)
+// "@user_script: N: -" before a command's own error, READONLY say). Lua's
+// own runtime errors (a nil where a number was expected) start with the
+// place once more, "user_script:N: ", after "ERR " since Redis 7.0.
+var scriptPlace = regexp.MustCompile(` ?script: [0-9a-f]{40}, on @user_script:\d+\.|ERR Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: (?:@user_script: \d+: -)?|(?:ERR )?user_script:\d+: `)
 
 // plainLine puts the unquoted text of an error on one line, without the
 // prefix that library errors wrapping others repeat, nor the place in a
@@ -121,7 +123,9 @@ Exit status: 0 on success; run exits with its command's status (128+N if
 signal N killed it, 126 if it cannot be run, 127 if not found); 64 usage
 error; 69 Redis unreachable or failing; 75 lock not obtained (run --no-wait
 or --wait); 79 lock lost while the command ran; 128+N when signal N
-interrupted a wait for the lock, demo or bench; 1 anything else.`,
+interrupted a wait for the lock, demo or bench; 141 (SIGPIPE, as for ls) when
+the reader of the output has gone, but for demo and bench, which clean up and
+exit 1; 1 anything else.`,
 		Version:           version(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,

@@ -295,15 +295,15 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 			return exitf(exitLockLost, "%s: --max-hold %v passed while the command ran; the command was stopped (its status: %d)", held, f.maxHold, status)
 		}
 		// Stopped (supervise said so on stderr), or lost as it exited.
-		return exitf(exitLockLost, "%s", f.lostText(key, "while the command ran", lost, status))
+		return exitf(exitLockLost, "%s", f.lostText(key, "while the command ran", a.causeLine(lost, key), status))
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := l.Unlock(uctx); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
-			return exitf(exitLockLost, "%s", f.lostText(key, "before the command finished", err, status))
+			return exitf(exitLockLost, "%s", f.lostText(key, "before the command finished", a.causeLine(err, key), status))
 		}
-		fmt.Fprintf(a.stderr, "dlock: warning: could not release %s (%s); it expires within --ttl %v\n", held, a.errorLine(err), a.conn.ttl)
+		fmt.Fprintf(a.stderr, "dlock: warning: could not release %s (%s); it expires within --ttl %v\n", held, a.causeLine(err, key), a.conn.ttl)
 	}
 	if status != 0 {
 		return &exitError{code: status}
@@ -321,12 +321,24 @@ func (f runFlags) held(key string) string {
 }
 
 // lostText says that what run holds was lost (when: while or before the
-// command finished), and what that may have let happen.
-func (f runFlags) lostText(key, when string, cause error, status int) string {
+// command finished), and what that may have let happen; cause is the
+// loss's causeLine.
+func (f runFlags) lostText(key, when, cause string, status int) string {
 	if f.capacity > 0 {
-		return fmt.Sprintf("permits of semaphore %q were lost %s (%v): more than its capacity of %d permits may have been in use at once (its status: %d)", key, when, cause, f.capacity, status)
+		return fmt.Sprintf("permits of semaphore %q were lost %s (%s): more than its capacity of %d permits may have been in use at once (its status: %d)", key, when, cause, f.capacity, status)
 	}
-	return fmt.Sprintf("lock %q was lost %s (%v): its work may have overlapped another holder's (its status: %d)", key, when, cause, status)
+	return fmt.Sprintf("lock %q was lost %s (%s): its work may have overlapped another holder's (its status: %d)", key, when, cause, status)
+}
+
+// causeLine is errorLine of a library error about key, for a message that
+// names key already: without the library's own naming of it (`unlock
+// "KEY": `, `permits of semaphore "KEY" lost`), which would say it twice.
+func (a *app) causeLine(err error, key string) string {
+	line := strings.ReplaceAll(a.errorLine(err), fmt.Sprintf("unlock %q: ", key), "")
+	for _, kind := range []string{"semaphore", "rwmutex"} {
+		line = strings.ReplaceAll(line, fmt.Sprintf("permits of %s %q lost", kind, key), "permits lost")
+	}
+	return line
 }
 
 // maxCommandMeta bounds the default --meta, well within the library's

@@ -85,4 +85,8 @@ func TestRunReleaseEndsOnAHungServer(t *testing.T) {
 	if got := p.stderr.String(); !strings.Contains(got, `warning: could not release lock "hung-release"`) {
 		t.Errorf("stderr does not warn of the release:\n%s", got)
 	}
+	// The library's error names the lock too: said once, with its cause.
+	if got := p.stderr.String(); strings.Count(got, `"hung-release"`) != 1 || !strings.Contains(got, `(context deadline exceeded`) {
+		t.Errorf("the warning names the lock more than once, or lacks the cause:\n%s", got)
+	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,8 +19,10 @@ import (
 func TestErrorLineWithoutScriptPlace(t *testing.T) {
 	t.Parallel()
 	url, _, rdb := adminServerAndConn(t)
-	if err := rdb.Set(context.Background(), "dlock:{wt}", "x", 0).Err(); err != nil {
-		t.Fatal(err)
+	for _, key := range []string{"dlock:{wt}", "dlock:{wt}:semaphore"} {
+		if err := rdb.Set(context.Background(), key, "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const wrongType = ": key holds a value of the wrong type: WRONGTYPE Operation against a key holding the wrong kind of value"
 	_, replica := redistest.StartReplicated(t)
@@ -31,7 +34,8 @@ func TestErrorLineWithoutScriptPlace(t *testing.T) {
 		want string // the whole line
 	}{
 		{url, []string{"inspect", "wt"}, exitFailure, `dlock: inspect "wt"` + wrongType},
-		{url, []string{"release", "--force", "wt"}, exitFailure, `dlock: inspect "wt"` + wrongType},
+		{url, []string{"release", "--force", "wt"}, exitFailure, `dlock: force release "wt"` + wrongType},
+		{url, []string{"release", "--force", "--capacity", "2", "--owner", "t", "wt"}, exitFailure, `dlock: semaphore force release "wt"` + wrongType},
 		{url, []string{"run", "wt", "--", "true"}, exitFailure, `dlock: lock "wt"` + wrongType},
 		{url, []string{"run", "--no-wait", "wt", "--", "true"}, exitFailure, `dlock: lock "wt"` + wrongType},
 		{redisURL(replica.Addr()), []string{"run", "ro", "--", "true"}, exitUnavailable, `dlock: lock "ro"` + readOnly},
@@ -55,11 +59,30 @@ func TestErrorLineWithoutRedis6ScriptPlace(t *testing.T) {
 			`lock "k": key holds a value of the wrong type: WRONGTYPE Operation against a key holding the wrong kind of value`},
 		{`dlock: lock "k": ERR Error running script (call to f_aa6538e2a31da80c8855f1c9abed27fecad58e0c): @user_script:81: @user_script: 81: -READONLY You can't write against a read only replica.`,
 			`lock "k": READONLY You can't write against a read only replica.`},
+		{`dlock: lock "k": ERR Error running script (call to f_c6b4e2e0648ad7f22ac802e4cdb5fc9e28417f09): @user_script:1: user_script:1: attempt to compare number with nil`,
+			`lock "k": attempt to compare number with nil`},
 		{`dlock: lock "a script: aa6538e2a31da80c8855f1c9abed27fecad58e0c, on @user_script:1.": READONLY You can't write against a read only replica. script: aa6538e2a31da80c8855f1c9abed27fecad58e0c, on @user_script:81.`,
 			`lock "a script: aa6538e2a31da80c8855f1c9abed27fecad58e0c, on @user_script:1.": READONLY You can't write against a read only replica.`},
 	} {
 		if got := a.errorLine(errors.New(tc.err)); got != tc.want {
 			t.Errorf("errorLine(%q)\n = %q\nwant %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A runtime error of Lua itself (a nil where a number was expected) has
+// the place in the script before it too ("ERR user_script:1: "), as
+// Redis gives it: dropped as well, and the same line as before Redis 7.0.
+func TestErrorLineWithoutRuntimeErrorPlace(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	err := rdb.Eval(t.Context(), "return 1 < nil", nil).Err()
+	if err == nil {
+		t.Fatal("the script raised no error")
+	}
+	a := &app{}
+	const want = `lock "k": attempt to compare number with nil`
+	if got := a.errorLine(fmt.Errorf("dlock: lock %q: %w", "k", err)); got != want {
+		t.Errorf("errorLine of %q\n = %q\nwant %q", err, got, want)
 	}
 }

@@ -303,6 +303,40 @@ func TestDemoAndBenchStdoutClosedLeaveNoKeys(t *testing.T) {
 	}
 }
 
+// `dlock list | head -1`: once the reader of stdout has gone, the next
+// write ends dlock by SIGPIPE, as it does ls (README: the shell's 141), not
+// with an error of its own. Past a pipe's buffer of names, list is still
+// writing when the reader goes.
+func TestListStdoutClosedEndsBySIGPIPE(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := lockClient(t, srv.Addr())
+	for i := range 100 {
+		if _, err := c.Lock(t.Context(), fmt.Sprintf("%04d-%s", i, strings.Repeat("k", 1000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd := exec.Command(dlockBin, "--redis", redisURL(srv.Addr()), "list")
+	cmd.Env, cmd.Stdout, cmd.Stderr = baseEnv(), w, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	_ = cmd.Wait()
+	if st := cmd.ProcessState.Sys().(syscall.WaitStatus); !st.Signaled() || st.Signal() != syscall.SIGPIPE {
+		t.Errorf("dlock list ended %v once its stdout was closed, want killed by SIGPIPE\nstderr: %s", cmd.ProcessState, stderr.String())
+	}
+}
+
 // A signal that comes once the lock is granted but before COMMAND starts
 // ends the run as one during the wait does: COMMAND does not start, the
 // lock is released at once (not left to its lease), and dlock exits 128+N.
