@@ -58,7 +58,7 @@ func init() {
 }
 
 // errZeroLock is the error of the zero Lock's calls.
-var errZeroLock = fmt.Errorf("dlock: %w: zero Lock", ErrNotHeld)
+var errZeroLock = fmt.Errorf("%w: zero Lock", ErrNotHeld)
 
 // zeroLockCtx is the zero Lock's Context: it holds nothing.
 var zeroLockCtx = func() context.Context {
@@ -128,7 +128,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return fmt.Errorf("%w: lease %v outside [%v, %v]", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
 	}
-	if err := l.live(); err != nil {
+	if err := l.live("extend"); err != nil {
 		return err
 	}
 	if l.Degraded() {
@@ -140,7 +140,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
 	}
 	if err := l.c.dog.claim(ctx, l.h); err != nil {
-		if lerr := l.live(); lerr != nil {
+		if lerr := l.live("extend"); lerr != nil {
 			return lerr // lost or released before the Extend was sent
 		}
 		return fmt.Errorf("dlock: extend %q: %w", l.Key(), err)
@@ -168,7 +168,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	// Declared lost (its deadline passed, or Close) while the request was
 	// on its way: nothing watches the lease Redis has just set.
-	return l.live()
+	return l.live("extend")
 }
 
 // errExtendPanicked stands for the outcome of an Extend whose request
@@ -182,7 +182,7 @@ var errExtendPanicked = errors.New("extend panicked")
 // WithReplicaAck, with a lease of at most the queue TTL (WithQueueTTL),
 // which the watchdog's first renewal lengthens to the WithTTL lease.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if err := l.live(); err != nil {
+	if err := l.live("ttl"); err != nil {
 		return 0, err
 	}
 	d, o, err := l.c.beFor(l.h).TTL(ctx, l.h.lease)
@@ -192,7 +192,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if o != backend.Held {
 		return 0, l.lost("ttl")
 	}
-	if err := l.live(); err != nil {
+	if err := l.live("ttl"); err != nil {
 		return 0, err // declared lost while the read was on its way
 	}
 	return d, nil
@@ -384,13 +384,13 @@ func (l *Lock) settleUnlock(left int64, err error, wasLive, wasReleased bool) (_
 
 // live returns the loss error if the lock's hold is over, or ErrReleased
 // if this Lock was unlocked (a re-entered Lock's Context ends at its own
-// Unlock, and with its hold).
-func (l *Lock) live() error {
+// Unlock, and with its hold), naming op as the other errors of op do.
+func (l *Lock) live(op string) error {
 	if l == nil || l.h == nil {
 		return errZeroLock
 	}
 	if l.ctx.Err() != nil {
-		return fmt.Errorf("dlock: %q: %w", l.Key(), context.Cause(l.ctx))
+		return fmt.Errorf("dlock: %s %q: %w", op, l.Key(), context.Cause(l.ctx))
 	}
 	return nil
 }

@@ -1599,3 +1599,32 @@ func TestConcurrentUnlockHonoursItsContext(t *testing.T) {
 		t.Errorf("first Unlock = %v", err)
 	}
 }
+
+// The errors of a Lock that has ended name the call and the key, as the
+// other errors do ("dlock: extend \"k\": ..."), and the zero Lock's say
+// "dlock:" once.
+func TestEndedLockErrorsNameTheCall(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "named")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func(*Lock) error{
+		"extend": func(l *Lock) error { return l.Extend(ctx, time.Second) },
+		"ttl":    func(l *Lock) error { _, err := l.TTL(ctx); return err },
+		"txn":    func(l *Lock) error { return l.Txn(ctx, func(redis.Pipeliner) error { return nil }) },
+	}
+	for op, call := range calls {
+		err := call(l)
+		if want := fmt.Sprintf("dlock: %s %q: ", op, "named"); !errors.Is(err, ErrReleased) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s after Unlock = %v, want ErrReleased, starting %q", op, err, want)
+		}
+		if err := call(&Lock{}); !errors.Is(err, ErrNotHeld) || strings.Contains(err.Error(), "dlock: dlock:") {
+			t.Errorf("%s of the zero Lock = %v, want ErrNotHeld, saying dlock: once", op, err)
+		}
+	}
+	if err := (&Lock{}).Unlock(ctx); strings.Contains(err.Error(), "dlock: dlock:") {
+		t.Errorf("Unlock of the zero Lock = %v, saying dlock: twice", err)
+	}
+}

@@ -82,7 +82,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 	if fn == nil {
 		return fmt.Errorf("%w: Txn without a function", ErrInvalidOption)
 	}
-	if err := l.live(); err != nil {
+	if err := l.live("txn"); err != nil {
 		return err
 	}
 	if l.Degraded() {
@@ -99,7 +99,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 	// The watchdog's renewal moves the key WATCHed below: it waits for
 	// the Txn, within the bounds that keep the lease (hold.renewAt).
 	if err := l.c.dog.txnBegin(ctx, l.h); err != nil {
-		if lerr := l.live(); lerr != nil {
+		if lerr := l.live("txn"); lerr != nil {
 			return lerr
 		}
 		return redisError("txn", l.Key(), err)
@@ -125,7 +125,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			// Given up meanwhile on this side (its lease by our clock,
 			// WithMaxHold, Close, Unlock): write nothing, although Redis
 			// may keep the lock a little longer.
-			if stop = l.live(); stop != nil {
+			if stop = l.live("txn"); stop != nil {
 				return stop
 			}
 			cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -133,7 +133,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 					// Ended here while fn ran (Unlock, Close, a loss by
 					// our clock): Redis may still name this holder, so
 					// only this side can keep the EXEC from being sent.
-					stop = l.live()
+					stop = l.live("txn")
 				}
 				return stop
 			})
@@ -161,7 +161,7 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 			// at, nor anything sent. Not a loss.
 			return redisError("txn", l.Key(), errTxnNotRun)
 		case err == nil && !held:
-			if lerr := l.live(); lerr != nil {
+			if lerr := l.live("txn"); lerr != nil {
 				// Ended here first (Close, its deadline): its cause, as
 				// when the key is still there.
 				return lerr
