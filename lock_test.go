@@ -525,6 +525,36 @@ func TestShortQueueTTLKeepsEarlierWaiters(t *testing.T) {
 	<-done
 }
 
+// A queue with a member that has no entry (stale, or written by other
+// code) and a longer life than a newcomer's entry: the waiters' hash that
+// the entry creates must expire too, or a waiter that vanished would leave
+// its entry in Redis for good once the queue is gone.
+func TestWaitersExpireBesideStaleQueueMember(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := mustLock(t, holder, "stale")
+	defer l.Unlock(context.Background())
+	k := holder.keys("stale")
+	if err := rdb.ZAdd(ctx, k.queue, redis.Z{Score: 0, Member: "stale"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, k.queue, time.Hour)
+	done := make(chan error, 1)
+	go func() {
+		_, err := holder.Lock(ctx, "stale")
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter's entry", func() bool { return rdb.HLen(ctx, k.waiters).Val() == 1 })
+	if ttl := rdb.PTTL(ctx, k.waiters).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("waiters' hash expires in %v, want within the queue's hour", ttl)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock = %v, want it to wait until cancelled", err)
+	}
+}
+
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
@@ -1144,6 +1174,61 @@ func TestFenceNeverGoesBackAt2p53(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A counter at 2^63 - 1 holds the last fence an int64 can: nothing is
+// granted after it, neither by a check nor by a hand-over, since a fence
+// from the clock would be smaller than the one the resource saw last (as
+// the redlock scripts refuse such a counter). The counter stays there, for
+// an operator to see.
+func TestFenceNeverGoesBackAtMaxInt64(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	const key = "last"
+	k := c.keys(key)
+	if err := rdb.Set(ctx, k.fence, strconv.FormatInt(math.MaxInt64-1, 10), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, c, key)
+	if l.Fence() != math.MaxInt64 {
+		t.Fatalf("fence %d, want 2^63 - 1", l.Fence())
+	}
+	// The waiter checks every 200 ms: once not handed the lock, its next
+	// check ends its wait.
+	waiter := newClientOn(t, rdb, WithQueueTTL(600*time.Millisecond))
+	type result struct {
+		fence uint64
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, key)
+		var r result
+		if r.err = err; err == nil {
+			r.fence = w.Fence()
+			_ = w.Unlock(ctx)
+		}
+		got <- r
+	}()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, key) == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err == nil {
+			t.Errorf("waiter granted fence %d after 2^63 - 1", r.fence)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter's Lock did not return within 5s")
+	}
+	if l2, err := c.TryLock(ctx, key); err == nil {
+		t.Errorf("TryLock granted fence %d after 2^63 - 1", l2.Fence())
+		_ = l2.Unlock(ctx)
+	}
+	if v := rdb.Get(ctx, k.fence).Val(); v != strconv.FormatInt(math.MaxInt64, 10) {
+		t.Errorf("fence counter %q, want it left at 2^63 - 1", v)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -896,6 +898,52 @@ func TestSemaphoreCorruptFenceCounter(t *testing.T) {
 			t.Errorf("counter %q: handed-over fence %d <= previous %d", bad, w.Fence(), held.Fence())
 		}
 		_ = w.Unlock(ctx)
+	}
+}
+
+// As TestFenceNeverGoesBackAtMaxInt64, for permits: after the fence
+// 2^63 - 1 neither a hand-over nor an acquisition grants any.
+func TestSemaphoreFenceNeverGoesBackAtMaxInt64(t *testing.T) {
+	c, rdb, srv := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("last", 1)
+	k := semKeys(s)
+	if err := rdb.Set(ctx, k.fence, strconv.FormatInt(math.MaxInt64-1, 10), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Fence() != math.MaxInt64 {
+		t.Fatalf("fence %d, want 2^63 - 1", held.Fence())
+	}
+	// The waiter checks every 200 ms: once not handed the permit, its
+	// next check ends its wait.
+	ws := newClientOn(t, srv.Client(t), WithQueueTTL(600*time.Millisecond)).Semaphore(s.name, 1)
+	got := acquireAsync(ctx, ws, 1)
+	waitSemQueued(t, rdb, ws, 1)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err == nil {
+			t.Errorf("waiter granted fence %d after 2^63 - 1", r.l.Fence())
+			_ = r.l.Unlock(ctx)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter's Acquire did not return within 5s")
+	}
+	if l, err := s.TryAcquire(ctx, 1); err == nil {
+		t.Errorf("TryAcquire granted fence %d after 2^63 - 1", l.Fence())
+		_ = l.Unlock(ctx)
+	}
+	if n := holderCount(t, rdb, s); n != 0 {
+		t.Errorf("%d holders left, want none", n)
+	}
+	if v := rdb.Get(ctx, k.fence).Val(); v != strconv.FormatInt(math.MaxInt64, 10) {
+		t.Errorf("fence counter %q, want it left at 2^63 - 1", v)
 	}
 }
 

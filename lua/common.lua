@@ -45,10 +45,13 @@ local function inc(n)
   return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
 end
 
--- is_fence reports whether s, a string, is a fence: a positive int64 in
--- decimal.
+-- LAST_FENCE is 2^63 - 1: an int64 holds no fence after it.
+local LAST_FENCE = '9223372036854775807'
+
+-- is_fence reports whether s, a string, is a fence a next one can follow:
+-- a positive int64 in decimal, below LAST_FENCE.
 local function is_fence(s)
-  return string.match(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s < '9223372036854775807'))
+  return string.match(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s < LAST_FENCE))
 end
 
 -- reply gives a fence (a decimal string) as an integer, which costs the
@@ -79,6 +82,17 @@ local function next_fence(now_us, handing)
   local fence = string.format('%.0f', now_us)
   local call = handing and redis.pcall or redis.call
   local raw = call('SET', KEYS[2], fence, 'GET', 'KEEPTTL')
+  if raw == LAST_FENCE then
+    -- Every fence has been issued: one from the clock would be smaller
+    -- than the last, which the resource may have seen. Nothing is granted
+    -- (as the redlock scripts refuse such a counter) and the counter is
+    -- put back for an operator to see. A grant of a free lock fails here,
+    -- before it writes anything; a hand-over gets nil, and leaves the
+    -- waiter queued, whose own check then fails.
+    redis.call('SET', KEYS[2], raw, 'KEEPTTL')
+    if handing then return nil end
+    error('dlock fence counter exhausted: ' .. KEYS[2] .. ' holds 2^63 - 1, the last fence', 0)
+  end
   if type(raw) == 'table' then -- pcall's error: SET ... GET gives a string or false
     redis.call('SET', KEYS[2], fence)
     raw = false
@@ -103,9 +117,11 @@ local function next_fence(now_us, handing)
 end
 
 -- grant makes token the holder with one hold and a fresh fencing token,
--- returned as a decimal string (see next_fence).
+-- returned as a decimal string (see next_fence); nil, with nothing
+-- written, if a hand-over finds every fence issued.
 local function grant(token, lease, meta, now_ms, now_us, handing)
   local fence = next_fence(now_us, handing)
+  if not fence then return nil end
   redis.call('HSET', KEYS[1], token, 1, ':fence', fence, ':meta', meta, ':at', now_ms)
   redis.call('PEXPIRE', KEYS[1], lease)
   return fence
@@ -188,7 +204,14 @@ local function enqueue(token, lease, client, meta, ttl, now_ms, now_us)
   elseif set == 0 then
     set = redis.call('PEXPIRE', KEYS[3], ttl, 'NX')
   end
-  if set == 1 then redis.call('PEXPIRE', KEYS[4], ttl) end
+  if set == 1 then
+    redis.call('PEXPIRE', KEYS[4], ttl)
+  elseif redis.call('PTTL', KEYS[4]) == -1 then
+    -- The queue lives longer already, but the waiters' hash was just
+    -- created: the queue holds members without entries (stale, or written
+    -- by other code). It expires with the queue, not never.
+    redis.call('PEXPIRE', KEYS[4], redis.call('PTTL', KEYS[3]))
+  end
 end
 
 -- notify tells the Client of a waiter (head) that it has been granted
@@ -220,14 +243,24 @@ local function hand_over(now_ms, now_us)
     -- A queue or waiters key of another type (other code wrote there)
     -- holds no waiter: pcall, so that the release before the hand-over
     -- stands and says so (Redis does not roll a failed script back).
-    local head = redis.pcall('ZPOPMIN', KEYS[3])[1]
+    local popped = redis.pcall('ZPOPMIN', KEYS[3])
+    local head = popped[1]
     if not head then return nil end
     if not now_ms then now_ms, now_us = clock() end
     local ok, lease, meta, client = pcall(waiter, head, now_ms)
     if not ok then return nil end
+    local fence = lease and grant(head, lease, meta, now_ms, now_us, true)
+    if lease and not fence then
+      -- Every fence issued (next_fence): the waiter keeps its place. A
+      -- queue that ZPOPMIN emptied, and so deleted, expires with the
+      -- waiters again.
+      redis.call('ZADD', KEYS[3], popped[2], head)
+      local ttl = redis.call('PTTL', KEYS[4])
+      if ttl > 0 and redis.call('PTTL', KEYS[3]) == -1 then redis.call('PEXPIRE', KEYS[3], ttl) end
+      return nil
+    end
     redis.call('HDEL', KEYS[4], head)
-    if lease then
-      local fence = grant(head, lease, meta, now_ms, now_us, true)
+    if fence then
       notify(head, fence, client)
       return head, fence, tonumber(lease)
     end

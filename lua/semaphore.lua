@@ -154,9 +154,11 @@ local function drop(s, token, h)
 end
 
 -- grant_permits gives token permits for lease ms with a fresh fence,
--- returned as a decimal string. s must be settled.
+-- returned as a decimal string; nil, with nothing written, if a
+-- hand-over finds every fence issued (next_fence). s must be settled.
 local function grant_permits(s, token, permits, capacity, lease, meta, now_ms, now_us, handing)
   local fence = next_fence(now_us, handing)
+  if not fence then return nil end
   local h = {expiry = now_ms + tonumber(lease), permits = permits, capacity = capacity, fence = fence, ext = '0', meta = meta}
   s.used, s.capacity = s.used + permits, capacity
   s.soonest = math.min(s.soonest or h.expiry, h.expiry)
@@ -190,8 +192,11 @@ local function hand_over_permits(s, capacity, self, now_ms, now_us, adopt)
     elseif s.used + permits > capacity or tonumber(cap) ~= capacity then
       return head
     else
+      local fence = grant_permits(s, head, permits, capacity, lease, rest, now_ms, now_us, true)
+      -- Every fence issued: the waiter keeps its place, its check fails.
+      if not fence then return head end
       dequeue(head)
-      notify(head, grant_permits(s, head, permits, capacity, lease, rest, now_ms, now_us, true), client)
+      notify(head, fence, client)
     end
   end
 end
