@@ -1403,6 +1403,132 @@ func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 	}
 }
 
+// A master that no longer serves a lock's slot (its slots being
+// reassigned) answers CLUSTERDOWN. A queued waiter keeps its place through
+// that, as through a failover, and gets the lock when it is released once
+// the slot is served again. Meanwhile the nodes disagree about the slot,
+// and a check may meet MOVED once go-redis's redirections are spent: the
+// place is kept through that too.
+func TestClusterQueuedWaiterKeepsPlaceThroughClusterDown(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	wc := cl.Client(t)
+	down := newReplySeen("CLUSTERDOWN")
+	wc.AddHook(down)
+	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
+	const key = "unserved"
+	l := mustLock(t, holder, key)
+	// A short lease: the waiter checks every 100 ms.
+	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+
+	m := redis.NewClient(&redis.Options{Addr: masterOf(t, cc, holder, key)})
+	defer m.Close()
+	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
+	if err := m.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-down.seen:
+	case r := <-got:
+		t.Fatalf("Lock of a waiter queued through CLUSTERDOWN = %v", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no check of the waiter answered CLUSTERDOWN")
+	}
+	if err := m.Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the slot to be served again", func() bool { return cc.Exists(ctx, k.lock).Err() == nil })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.Receive(t, got, 10*time.Second, "the waiter to get the lock")
+	if r.err != nil {
+		t.Fatalf("Lock of a waiter queued through CLUSTERDOWN = %v", r.err)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// movedClient returns a ClusterClient on cl that follows no redirection,
+// as one whose redirections ran out while the nodes disagree about a slot:
+// the first MOVED or ASK is its answer. It is closed in t.Cleanup.
+func movedClient(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: -1})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// A check sent to the master a lock's slot just left is answered MOVED
+// once go-redis's redirections are spent (here: none are followed). It did
+// not run, and go-redis reloads its slot map: a queued waiter keeps its
+// place, as through TRYAGAIN, and gets the lock when it is released. So
+// does a waiter for permits, whose semaphore shares the lock's slot.
+func TestClusterQueuedWaiterKeepsPlaceThroughMoved(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	const key = "moved"
+	l := mustLock(t, holder, key)
+	p, err := holder.Semaphore(key, 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each waiter on a client of its own, to tell whose check met MOVED.
+	waiter := func() (*Client, *replySeen) {
+		wc := movedClient(t, cl)
+		moved := newReplySeen("MOVED")
+		wc.AddHook(moved)
+		return newClientOn(t, wc, WithQueueTTL(time.Minute)), moved
+	}
+	lw, lockMoved := waiter()
+	sw, semMoved := waiter()
+	// Short leases: the waiters check every 100 ms.
+	got := lockAsync(ctx, lw, key, WithTTL(300*time.Millisecond))
+	gotSem := make(chan lockResult, 1)
+	go func() {
+		l, err := sw.Semaphore(key, 1).Acquire(ctx, 1, WithTTL(300*time.Millisecond))
+		gotSem <- lockResult{l, err}
+	}()
+	k, sk := holder.keys(key), semKeys(holder.Semaphore(key, 1))
+	waitUntil(t, 5*time.Second, "the waiters to queue", func() bool {
+		return cc.ZCard(ctx, k.queue).Val() == 1 && cc.ZCard(ctx, sk.queue).Val() == 1
+	})
+
+	src := masterOf(t, cc, holder, key)
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), nil)
+	for _, w := range []struct {
+		what string
+		seen *replySeen
+		got  <-chan lockResult
+		held *Lock
+	}{{"Lock", lockMoved, got, l}, {"Semaphore.Acquire", semMoved, gotSem, p}} {
+		select {
+		case <-w.seen.seen:
+		case r := <-w.got:
+			t.Fatalf("%s of a waiter queued through MOVED = %v", w.what, r.err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no check of the %s waiter answered MOVED", w.what)
+		}
+		if err := w.held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := testutil.Receive(t, w.got, 10*time.Second, "the waiter to be served")
+		if r.err != nil {
+			t.Fatalf("%s of a waiter queued through MOVED = %v", w.what, r.err)
+		}
+		if err := r.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A Client whose ClusterClient sent nothing since its lock's master was
 // failed over (a holder between renewals) still has the dead master in its
 // slot map. Its Unlock must reach the promoted replica, not fail with the
@@ -1958,6 +2084,78 @@ func TestClusterUnlockDuringSlotMigration(t *testing.T) {
 	}
 }
 
+// A release sent to the master its lock's slot has just left is answered
+// MOVED once go-redis's redirections are spent (here: none are followed).
+// It did not run, and go-redis reloads its slot map: Unlock sends it
+// again, as one refused with TRYAGAIN, rather than give the lock up and
+// leave it held for the rest of its lease. Permits alike. A Txn's WATCH
+// meets MOVED too, and ClusterClient.Watch then returns without calling
+// fn, nor reloading the map: Txn looks again once it has reloaded it.
+func TestClusterHolderThroughMoved(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	other := newClientOn(t, cc)
+	// One slot: the semaphore and "moved}txn" have the hash tag of "moved".
+	const key, txnKey = "moved", "moved}txn"
+	k := other.keys(key)
+	src := masterOf(t, cc, other, key)
+	// Each hold on a client of its own, whose slot map only its own
+	// command can reload; a long lease, so that no renewal comes first.
+	holder := func(take func(c *Client) (*Lock, error)) (*Lock, *replySeen) {
+		hc := movedClient(t, cl)
+		moved := newReplySeen("MOVED")
+		hc.AddHook(moved)
+		l, err := take(newClientOn(t, hc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, moved
+	}
+	l, lockMoved := holder(func(c *Client) (*Lock, error) { return c.Lock(ctx, key, WithTTL(30*time.Second)) })
+	p, semMoved := holder(func(c *Client) (*Lock, error) { return c.Semaphore(key, 1).Acquire(ctx, 1, WithTTL(30*time.Second)) })
+	// The WATCH goes through a master's own client, which the hook does
+	// not see.
+	tl, _ := holder(func(c *Client) (*Lock, error) { return c.Lock(ctx, txnKey, WithTTL(30*time.Second)) })
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), nil)
+
+	for _, h := range []struct {
+		what  string
+		l     *Lock
+		moved *replySeen
+	}{{"lock", l, lockMoved}, {"permits", p, semMoved}} {
+		if err := h.l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of the %s after the slot moved = %v", h.what, err)
+		}
+		select {
+		case <-h.moved.seen:
+		default:
+			t.Fatalf("the release of the %s never met MOVED", h.what)
+		}
+	}
+	if r, err := other.TryLock(ctx, key); err != nil {
+		t.Fatalf("TryLock after the release = %v", err)
+	} else {
+		_ = r.Unlock(ctx)
+	}
+	if r, err := other.Semaphore(key, 1).TryAcquire(ctx, 1); err != nil {
+		t.Fatalf("TryAcquire after the release = %v", err)
+	} else {
+		_ = r.Unlock(ctx)
+	}
+
+	written := tl.SlotKey("txn")
+	if err := tl.Txn(ctx, func(pipe redis.Pipeliner) error { pipe.Set(ctx, written, "x", 0); return nil }); err != nil {
+		t.Fatalf("Txn after its slot moved = %v", err)
+	}
+	if v := cc.Get(ctx, written).Val(); v != "x" {
+		t.Fatalf("the Txn's write: %q, want %q", v, "x")
+	}
+	if err := tl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A queued waiter that gives up while its lock's slot is being migrated
 // leaves the queue all the same: its leaving is refused with TRYAGAIN
 // until the migration ends, and sent again then. Left in the queue, it
@@ -2004,6 +2202,44 @@ func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
 		t.Fatalf("TryLock after the release = %v (Inspect: %+v)", err, info)
 	}
 	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same, with a ClusterClient whose redirections are spent (here:
+// none are followed): the leaving is answered ASK while the slot is being
+// migrated (the keys are gone from the source), and MOVED once the slot
+// has moved, until go-redis has reloaded its slot map. Neither ran: it is
+// sent again until it does.
+func TestClusterWaiterGivingUpThroughAskLeavesTheQueue(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	wcc := movedClient(t, cl)
+	asked := newReplySeen("ASK")
+	wcc.AddHook(asked)
+	// A long queue TTL: the waiter checks only every 10 s, so its only
+	// command during the migration is its leaving.
+	waiter := newClientOn(t, wcc, WithQueueTTL(time.Minute))
+	const key = "asked"
+	l := mustLock(t, holder, key)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	got := lockAsync(wctx, waiter, key)
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+
+	src := masterOf(t, cc, holder, key)
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
+		giveUp()
+		testutil.Receive(t, asked.seen, 10*time.Second, "the waiter's leaving answered ASK")
+	})
+	if r := testutil.Receive(t, got, 10*time.Second, "the waiter to give up"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the waiter's Lock = %v, want context.Canceled", r.err)
+	}
+	waitUntil(t, 10*time.Second, "the waiter to leave the queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 0 })
+	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

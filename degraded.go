@@ -17,7 +17,8 @@ import (
 // DegradedMode says what a Client does when Redis cannot be reached while
 // it takes a lock, or answers that it cannot serve it for now (LOADING,
 // READONLY, MASTERDOWN, NOREPLICAS, OOM, MISCONF, CLUSTERDOWN, TRYAGAIN,
-// BUSY, max number of clients reached).
+// MOVED or ASK once go-redis's redirections are spent, BUSY, max number of
+// clients reached).
 type DegradedMode uint8
 
 const (

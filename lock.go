@@ -211,8 +211,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // given up: its Context ends (ErrLockLost, Observer reason
 // LostReleaseFailed) and it is renewed no more, so Redis frees it at once
 // or when its lease runs out. On Redis Cluster, a release refused while
-// the lock's slot is being migrated (TRYAGAIN) did not run: it is sent
-// again until the migration ends, for up to 5 s, as ctx allows. Calling
+// the lock's slot is being migrated (TRYAGAIN; MOVED or ASK once
+// go-redis's redirections are spent) did not run: it is sent again until
+// the migration ends, for up to 5 s, as ctx allows. Calling
 // Unlock again after an error is safe: it never releases more than this
 // Lock's own hold. After a release that was not sent, or that Redis
 // refused (TRYAGAIN past that wait, READONLY: it did not run), Unlock

@@ -19,15 +19,16 @@ import (
 // operator: the release then fails as before, and the lock is given up.
 const migrationWait = 5 * time.Second
 
-// throughMigration calls send, and calls it again while its error is
-// TRYAGAIN, backing off, until migrationWait has passed or ctx ends. A
-// release given up there would leave the lock held, renewed no more, for
-// the rest of its lease, and its waiters waiting as long.
+// throughMigration calls send, and calls it again while its error says
+// that the slot is moving (slotMoving), backing off, until migrationWait
+// has passed or ctx ends. A release given up there would leave the lock
+// held, renewed no more, for the rest of its lease, and its waiters
+// waiting as long.
 func throughMigration(ctx context.Context, send func() error) {
 	deadline := time.Now().Add(migrationWait)
 	backoff := nextMigrationBackoff(0)
 	for {
-		if err := send(); !redis.IsTryAgainError(err) || time.Now().Add(backoff).After(deadline) {
+		if err := send(); !slotMoving(err) || time.Now().Add(backoff).After(deadline) {
 			return
 		}
 		t := time.NewTimer(backoff)
@@ -39,6 +40,17 @@ func throughMigration(ctx context.Context, send func() error) {
 		}
 		backoff = nextMigrationBackoff(backoff)
 	}
+}
+
+// slotMoving reports whether err refused a command, which did not run,
+// because its slot is moving: TRYAGAIN, or MOVED or ASK, which a
+// ClusterClient returns once its redirections are spent while the nodes
+// disagree about the slot (it reloads its slot map after MOVED; ASK lasts
+// until the migration ends).
+func slotMoving(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err)
 }
 
 // nextMigrationBackoff returns the delay before sending again a call

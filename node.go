@@ -153,6 +153,13 @@ func reloadSlotMap(ctx context.Context, cc *redis.ClusterClient) error {
 	return cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
 }
 
+// reloadedSlotMap reloads rdb's slot map if it is a ClusterClient's, and
+// reports whether it did.
+func reloadedSlotMap(ctx context.Context, rdb redis.UniversalClient) bool {
+	cc, ok := rdb.(*redis.ClusterClient)
+	return ok && reloadSlotMap(ctx, cc) == nil
+}
+
 // failedOver reports, after err, a failure to dial the master of key (a
 // *string or a string), whether a reloaded slot map names another master
 // for it now. It reloads the map before it returns.

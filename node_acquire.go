@@ -358,9 +358,10 @@ func (a *attempt) checkFailed(ctx context.Context, err error) error {
 // keepPlace reports whether a queued waiter whose check failed with err
 // keeps waiting: the master did not answer (a failover: the connection
 // refused or dropped), or answered that it cannot serve the lock for now
-// (a demoted master, a script running long elsewhere), and ctx has not
-// ended. Other replies (WRONGTYPE, a script error) end the wait, and so
-// does a closed go-redis client: no check can succeed again.
+// (a demoted master, a script running long elsewhere, a slot that moved
+// while go-redis's redirections ran out), and ctx has not ended. Other
+// replies (WRONGTYPE, a script error) end the wait, and so does a closed
+// go-redis client: no check can succeed again.
 func keepPlace(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return false

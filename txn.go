@@ -14,7 +14,8 @@ import (
 // maxTxnAttempts bounds how often Txn starts over because the lock's key
 // changed between its check and EXEC: an Extend, a re-entry or a renewal
 // (of a Txn too long to wait for, renewAt) of the lock moves the key too,
-// and WATCH cannot tell that from a loss.
+// and WATCH cannot tell that from a loss. Or because the key could not be
+// watched (errTxnNotRun).
 const maxTxnAttempts = 5
 
 // errTxnNotRun is Txn's error when the client's Watch returned without
@@ -154,11 +155,15 @@ func (l *Lock) Txn(ctx context.Context, fn func(pipe redis.Pipeliner) error) err
 		switch {
 		case stop != nil:
 			return stop
-		case err == nil && !checked:
+		case err == nil && !checked && attempt < maxTxnAttempts && reloadedSlotMap(ctx, n.rdb):
 			// ClusterClient.Watch returns nil without calling fn once its
 			// redirections run out (a slot being migrated: ASK, then
-			// MOVED back; READONLY in a failover): the lock was not looked
-			// at, nor anything sent. Not a loss.
+			// MOVED back; a slot moved while the nodes disagree; READONLY
+			// in a failover): the lock was not looked at, nor anything
+			// sent. Unlike go-redis's other calls, it does not reload the
+			// slot map after MOVED: look again once it is reloaded.
+		case err == nil && !checked:
+			// Still so (a migration under way): not a loss.
 			return redisError("txn", l.Key(), errTxnNotRun)
 		case err == nil && !held:
 			if lerr := l.live("txn"); lerr != nil {

@@ -36,6 +36,8 @@ func TestPermanent(t *testing.T) {
 		{replyError("OOM command not allowed when used memory > 'maxmemory'."), false},
 		{replyError("TRYAGAIN Multiple keys request during rehashing of slot"), false},
 		{replyError("CLUSTERDOWN The cluster is down"), false},
+		{replyError("MOVED 1999 127.0.0.1:7001"), false},
+		{replyError("ASK 1999 127.0.0.1:7001"), false},
 		{replyError("ERR max number of clients reached"), false},
 		{redis.Nil, false},
 		{context.DeadlineExceeded, false},
