@@ -1350,6 +1350,38 @@ func TestClusterWaiterWokenAfterFailover(t *testing.T) {
 	releaseAndWaitHandOver(t, l, got, "after the failover")
 }
 
+// clusterWaiter is a lock held on a Cluster, by holder (on cc), and a
+// waiter queued for it on a ClusterClient of its own, whose replies
+// starting with a prefix are seen.
+type clusterWaiter struct {
+	cc     *redis.ClusterClient
+	holder *Client
+	held   *Lock
+	k      *lockKeys
+	got    <-chan lockResult // the waiter's Lock
+	seen   *replySeen
+}
+
+// queueClusterWaiter locks key on cl and queues a waiter for it, with a
+// minute-long queue entry and a short lease, so that it checks every
+// 100 ms; seen notes the first reply to its checks that starts with
+// prefix.
+func queueClusterWaiter(t *testing.T, cl *redistest.Cluster, key, prefix string) clusterWaiter {
+	t.Helper()
+	ctx := context.Background()
+	cc := cl.Client(t)
+	holder := newClientOn(t, cc)
+	wc := cl.Client(t)
+	seen := newReplySeen(prefix)
+	wc.AddHook(seen)
+	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
+	l := mustLock(t, holder, key)
+	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
+	k := holder.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+	return clusterWaiter{cc: cc, holder: holder, held: l, k: k, got: got, seen: seen}
+}
+
 // While a lock's slot is being migrated, its five-name scripts get
 // TRYAGAIN (the channel name never exists as a key). A queued waiter keeps
 // its place through that, as through a failover, and gets the lock when it
@@ -1357,20 +1389,10 @@ func TestClusterWaiterWokenAfterFailover(t *testing.T) {
 func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	holder := newClientOn(t, cc)
-	wc := cl.Client(t)
-	tryAgain := newReplySeen("TRYAGAIN")
-	wc.AddHook(tryAgain)
-	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
-	const key = "resharded"
-	l := mustLock(t, holder, key)
-	// A short lease: the waiter checks every 100 ms.
-	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
-	k := holder.keys(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+	q := queueClusterWaiter(t, cl, "resharded", "TRYAGAIN")
+	cc, l, got, k, tryAgain := q.cc, q.held, q.got, q.k, q.seen
 
-	src := masterOf(t, cc, holder, key)
+	src := masterOf(t, cc, q.holder, l.Key())
 	dst := otherMaster(cl, src)
 	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
 	s, d := redis.NewClient(&redis.Options{Addr: src}), redis.NewClient(&redis.Options{Addr: dst})
@@ -1412,20 +1434,10 @@ func TestClusterQueuedWaiterKeepsPlaceThroughTryAgain(t *testing.T) {
 func TestClusterQueuedWaiterKeepsPlaceThroughClusterDown(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	holder := newClientOn(t, cc)
-	wc := cl.Client(t)
-	down := newReplySeen("CLUSTERDOWN")
-	wc.AddHook(down)
-	waiter := newClientOn(t, wc, WithQueueTTL(time.Minute))
-	const key = "unserved"
-	l := mustLock(t, holder, key)
-	// A short lease: the waiter checks every 100 ms.
-	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
-	k := holder.keys(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+	q := queueClusterWaiter(t, cl, "unserved", "CLUSTERDOWN")
+	cc, l, got, k, down := q.cc, q.held, q.got, q.k, q.seen
 
-	m := redis.NewClient(&redis.Options{Addr: masterOf(t, cc, holder, key)})
+	m := redis.NewClient(&redis.Options{Addr: masterOf(t, cc, q.holder, l.Key())})
 	defer m.Close()
 	slot := cc.ClusterKeySlot(ctx, k.lock).Val()
 	if err := m.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err(); err != nil {
@@ -2160,87 +2172,62 @@ func TestClusterHolderThroughMoved(t *testing.T) {
 // leaves the queue all the same: its leaving is refused with TRYAGAIN
 // until the migration ends, and sent again then. Left in the queue, it
 // would be handed the lock at the next release, and nobody would hold it
-// for that lease.
-func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
-	ctx := context.Background()
-	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	holder, other := newClientOn(t, cc), newClientOn(t, cl.Client(t))
-	wcc := cl.Client(t)
-	leaving := newReplySeen("TRYAGAIN")
-	wcc.AddHook(leaving)
-	// A long queue TTL: the waiter checks only every 10 s, so its only
-	// command during the migration is its leaving, and a lock handed over
-	// to it would stay for the whole 30 s lease.
-	waiter := newClientOn(t, wcc, WithQueueTTL(time.Minute))
-	const key = "resharding"
-	l := mustLock(t, holder, key)
-	wctx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	got := lockAsync(wctx, waiter, key)
-	k := holder.keys(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
-
-	src := masterOf(t, cc, holder, key)
-	dst := otherMaster(cl, src)
-	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, dst, func() {
-		giveUp()
-		testutil.Receive(t, leaving.seen, 10*time.Second, "the waiter's leaving refused with TRYAGAIN")
-	})
-	if r := testutil.Receive(t, got, 10*time.Second, "the waiter to give up"); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("the waiter's Lock = %v, want context.Canceled", r.err)
-	}
-	// Lock waits for its leaving up to endedUnlockWait: past that, it
-	// goes on through the migration in the background.
-	waitUntil(t, 10*time.Second, "the waiter to leave the queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 0 })
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l2, err := other.TryLock(ctx, key)
-	if err != nil {
-		info, _ := other.Inspect(ctx, key)
-		t.Fatalf("TryLock after the release = %v (Inspect: %+v)", err, info)
-	}
-	if err := l2.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// The same, with a ClusterClient whose redirections are spent (here:
-// none are followed): the leaving is answered ASK while the slot is being
+// for that lease. With a ClusterClient whose redirections are spent (here:
+// none are followed), the leaving is answered ASK while the slot is being
 // migrated (the keys are gone from the source), and MOVED once the slot
 // has moved, until go-redis has reloaded its slot map. Neither ran: it is
 // sent again until it does.
-func TestClusterWaiterGivingUpThroughAskLeavesTheQueue(t *testing.T) {
-	ctx := context.Background()
-	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	holder := newClientOn(t, cc)
-	wcc := movedClient(t, cl)
-	asked := newReplySeen("ASK")
-	wcc.AddHook(asked)
-	// A long queue TTL: the waiter checks only every 10 s, so its only
-	// command during the migration is its leaving.
-	waiter := newClientOn(t, wcc, WithQueueTTL(time.Minute))
-	const key = "asked"
-	l := mustLock(t, holder, key)
-	wctx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	got := lockAsync(wctx, waiter, key)
-	k := holder.keys(key)
-	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+func TestClusterWaiterGivingUpDuringSlotMigrationLeavesTheQueue(t *testing.T) {
+	for _, tc := range []struct {
+		refusal string // the leaving's first answer
+		client  func(*testing.T, *redistest.Cluster) *redis.ClusterClient
+	}{
+		{"TRYAGAIN", func(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient { return cl.Client(t) }},
+		{"ASK", movedClient},
+	} {
+		t.Run(tc.refusal, func(t *testing.T) {
+			ctx := context.Background()
+			cl := redistest.StartCluster(t, 3)
+			cc := cl.Client(t)
+			holder, other := newClientOn(t, cc), newClientOn(t, cl.Client(t))
+			wcc := tc.client(t, cl)
+			leaving := newReplySeen(tc.refusal)
+			wcc.AddHook(leaving)
+			// A long queue TTL: the waiter checks only every 10 s, so its
+			// only command during the migration is its leaving, and a lock
+			// handed over to it would stay for the whole 30 s lease.
+			waiter := newClientOn(t, wcc, WithQueueTTL(time.Minute))
+			const key = "resharding"
+			l := mustLock(t, holder, key)
+			wctx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			got := lockAsync(wctx, waiter, key)
+			k := holder.keys(key)
+			waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
 
-	src := masterOf(t, cc, holder, key)
-	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
-		giveUp()
-		testutil.Receive(t, asked.seen, 10*time.Second, "the waiter's leaving answered ASK")
-	})
-	if r := testutil.Receive(t, got, 10*time.Second, "the waiter to give up"); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("the waiter's Lock = %v, want context.Canceled", r.err)
-	}
-	waitUntil(t, 10*time.Second, "the waiter to leave the queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 0 })
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
+			src := masterOf(t, cc, holder, key)
+			cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
+				giveUp()
+				testutil.Receive(t, leaving.seen, 10*time.Second, "the waiter's leaving answered "+tc.refusal)
+			})
+			if r := testutil.Receive(t, got, 10*time.Second, "the waiter to give up"); !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("the waiter's Lock = %v, want context.Canceled", r.err)
+			}
+			// Lock waits for its leaving up to endedUnlockWait: past that,
+			// it goes on through the migration in the background.
+			waitUntil(t, 10*time.Second, "the waiter to leave the queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 0 })
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l2, err := other.TryLock(ctx, key)
+			if err != nil {
+				info, _ := other.Inspect(ctx, key)
+				t.Fatalf("TryLock after the release = %v (Inspect: %+v)", err, info)
+			}
+			if err := l2.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
