@@ -258,7 +258,7 @@ func (b *batcher) send(batch []*batchCall) {
 		for _, c := range batch {
 			_ = pipe.Process(ctx, c.cmd)
 		}
-		_, _ = pipe.Exec(ctx)
+		execPipeline(ctx, pipe)
 		for _, c := range batch {
 			if backend.NoScript(c.cmd.Err()) {
 				c.cmd = c.call.retry(ctx, b.rdb, c.cmd)

@@ -744,3 +744,49 @@ func TestWaitingCheckPanicWithNoCallerLeftIsLogged(t *testing.T) {
 		})
 	}
 }
+
+// A batch sent on a connection whose handshake Redis refuses (its password
+// changed) fails each of its calls with that refusal: go-redis's pipeline
+// returns it from Exec alone, and its calls would read as replies of the
+// wrong type.
+func TestBatchRefusedAuthSaysSo(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithConfig("requirepass", "old"))
+	proxy := startProxy(t, srv.Addr())
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Password: "old", MaxRetries: -1, ReadTimeout: 20 * time.Second})
+	defer cut.Close()
+	c := newClientOn(t, cut)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "old"})
+	defer admin.Close()
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
+
+	proxy.Freeze()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	for i := range 2 {
+		go func() {
+			defer wg.Done()
+			_, _ = c.TryLock(ctx, fmt.Sprintf("slot%d", i)) // their connections are cut below
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	queued := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(ctx, "queued")
+		queued <- err
+	}()
+	waitUntil(t, 5*time.Second, "a call queued", func() bool { _, q := inflight(c); return q == 1 })
+	if err := admin.ConfigSet(ctx, "requirepass", "new").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Thaw()
+	err := testutil.Receive(t, queued, 10*time.Second, "the queued TryLock")
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "WRONGPASS") {
+		t.Errorf("queued TryLock = %v, want WRONGPASS", err)
+	}
+	wg.Wait()
+}

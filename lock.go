@@ -202,23 +202,24 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // outermost one releases the lock and hands it to the next waiter. It
 // returns an error wrapping ErrNotHeld if the lock was not held any more
 // (and ErrLockLost too if it had been lost). The Context, not Unlock, is
-// what tells a holder that its lock was lost: a lock declared lost when
-// its lease could no longer be trusted may still be in Redis, within the
-// drift margin, and its Unlock then removes it and returns nil. If the
-// outermost release
-// fails (a network error, after which Redis may or may not have run it,
-// or ctx done before it was sent or before its reply came), the lock is
+// what tells a holder that its lock was lost: a lock declared lost when its
+// lease could no longer be trusted may still be in Redis, within the drift
+// margin, and its Unlock then removes it and returns nil. If the outermost
+// release fails (a network error, after which Redis may or may not have run
+// it, or ctx done before it was sent or before its reply came), the lock is
 // given up: its Context ends (ErrLockLost, Observer reason
 // LostReleaseFailed) and it is renewed no more, so Redis frees it at once
-// or when its lease runs out. On Redis Cluster, a release refused while
-// the lock's slot is being migrated (TRYAGAIN; MOVED or ASK once
-// go-redis's redirections are spent) did not run: it is sent again until
-// the migration ends, for up to 5 s, as ctx allows. Calling
-// Unlock again after an error is safe: it never releases more than this
-// Lock's own hold. After a release that was not sent, or that Redis
-// refused (TRYAGAIN past that wait, READONLY: it did not run), Unlock
-// again releases the lock if its lease has not run out, and else returns
-// an error wrapping ErrNotHeld and ErrLockLost.
+// or when its lease runs out. Its error is then the release's own, without
+// ErrLockLost, also for a lock already lost: whether Redis still held it is
+// not known, and its Context says it was lost. On Redis Cluster, a release
+// refused while the lock's slot is being migrated (TRYAGAIN; MOVED or ASK
+// once go-redis's redirections are spent) did not run: it is sent again
+// until the migration ends, for up to 5 s, as ctx allows. Calling Unlock
+// again after an error is safe: it never releases more than this Lock's own
+// hold. After a release that was not sent, or that Redis refused (TRYAGAIN
+// past that wait, READONLY: it did not run), Unlock again releases the lock
+// if its lease has not run out, and else returns an error wrapping
+// ErrNotHeld and ErrLockLost.
 //
 // An inner Unlock waits for a re-entry or another inner Unlock of the same
 // lock under way; if ctx ends first, it returns ctx's error and gives

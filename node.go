@@ -61,7 +61,7 @@ func (n *node) Renew(ctx context.Context, rs []backend.Renewal) []backend.Renewe
 		}
 	}
 	if again != nil {
-		_, _ = again.Exec(ctx)
+		execPipeline(ctx, again)
 	}
 	out := make([]backend.Renewed, len(rs))
 	reloaded := false
@@ -217,7 +217,7 @@ func (n *node) renew(ctx context.Context, rs []backend.Renewal) []*redis.Cmd {
 		k := leaseKeys(r.Lease)
 		cmds[i] = k.scripts().extend.EvalSha(ctx, pipe, []string{k.lock}, r.Lease.Token, backend.Millis(r.TTL), backend.Lengthen)
 	}
-	_, _ = pipe.Exec(ctx)
+	execPipeline(ctx, pipe)
 	return cmds
 }
 

@@ -346,7 +346,7 @@ func (a *acker) exec(ctx context.Context, conn masterConn, calls []*call, wait b
 		if wait {
 			read = a.appendWait(ctx, pipe, aof)
 		}
-		_, _ = pipe.Exec(ctx)
+		execPipeline(ctx, pipe)
 		got := read()
 		var again []*call
 		for _, c := range calls {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type hold struct {
 	trusted    time.Duration // the lease last trusted (trust): a hand-over's is shorter than ttl
 	txnFrom    time.Time     // zero, or when a Txn begins after the renewal: the last went early (txnDue)
 	busy       bool          // a renewal or an Extend is in flight
+	renewSent  time.Time     // when the renewal in flight was sent; zero if none is
 	renewErr   error         // why the last renewal failed, nil if it did not: in the loss's cause
 	txns       int           // Txns under way (txnBegin): the renewal waits for them (renewAt)
 	idle       chan struct{} // if not nil, closed when busy ends (an Extend waits)
@@ -674,11 +676,19 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 				// No renewal was due: none failed.
 				why = "its fixed lease (WithoutRenewal) ran out"
 			}
-			if h.renewErr != nil && why == ranOut {
+			switch {
+			case h.renewErr != nil && why == ranOut:
 				// Say why: a failover under way (READONLY), too few
 				// replicas (ErrNotReplicated), Redis unreachable.
 				lost[h] = fmt.Errorf("%w: %s, the last renewal failed: %w", h.lostErr(), why, h.renewErr)
-			} else {
+			case !h.renewSent.IsZero() && why == ranOut:
+				// None failed since the last answered: one is still on
+				// its way. Its error comes too late, but its wait tells:
+				// a Redis that does not answer, or go-redis still
+				// dialling or retrying one that is down (DialerRetries,
+				// MaxRetries).
+				lost[h] = fmt.Errorf("%w: %s, its renewal unanswered after %v", h.lostErr(), why, now.Sub(h.renewSent).Round(time.Millisecond))
+			default:
 				lost[h] = fmt.Errorf("%w: %s", h.lostErr(), why)
 			}
 			delete(w.holds, h)
@@ -711,6 +721,7 @@ func (w *watchdog) scan(now time.Time) (due []*hold, lost map[*hold]error, next 
 	for _, h := range ready {
 		if send {
 			h.busy = true
+			h.renewSent = now
 			due = append(due, h)
 		}
 		if e := w.nextEvent(h); e.Before(next) {
@@ -766,6 +777,7 @@ func (w *watchdog) renew(due []*hold) {
 	watched := 0              // due[:watched] were still watched: the Observer hears of those
 	for i, h := range due {
 		w.finish(h)
+		h.renewSent = time.Time{}
 		if _, ok := w.holds[h]; !ok {
 			continue // released or lost meanwhile: the answer says nothing
 		}
@@ -802,8 +814,8 @@ func (w *watchdog) renew(due []*hold) {
 			h.nextRenew = time.Now().Add(max(min(h.ttl, h.trusted)/10, MinTTL))
 			h.slack = 0 // not pulled forward: trust sets it again
 			h.txnFrom = time.Time{}
+			failed = append(failed, renewFailure{h, outcomes[i].Err, h.renewErr == nil})
 			h.renewErr = outcomes[i].Err
-			failed = append(failed, renewFailure{h, h.renewErr})
 		}
 	}
 	w.mu.Unlock()
@@ -827,17 +839,25 @@ func (w *watchdog) renew(due []*hold) {
 
 // renewFailure is a renewal of one round that got no answer, and why.
 type renewFailure struct {
-	h   *hold
-	err error
+	h     *hold
+	err   error
+	first bool // the lock's first since a renewal (or Extend) was answered
 }
 
 // logFailed logs the renewals of one round that got no answer: one record
 // per error, with the number of locks and the first one's key, not one
-// per lock, so that an outage with many locks held does not flood the log
-// every tenth of a lease. Each lock's loss is still logged on its own.
+// per lock, so that an outage with many locks held does not flood the log.
+// A lock's first failure is a warning; its retries, every tenth of a lease
+// until it is answered or lost, are at Debug: an outage would otherwise
+// warn some seven times per lock before its loss, which is logged on its
+// own with the last error.
 func (w *watchdog) logFailed(failed []renewFailure) {
-	for _, g := range tally(failed, func(f renewFailure) string { return fmt.Sprint(f.err) }) {
-		w.c.log.Warn("dlock: renewal failed", "key", g.first.h.lease.Key, "kind", g.first.h.kind, "locks", g.n, "error", g.first.err)
+	for _, g := range tally(failed, func(f renewFailure) string { return fmt.Sprint(f.first, f.err) }) {
+		level := slog.LevelDebug
+		if g.first.first {
+			level = slog.LevelWarn
+		}
+		w.c.log.Log(context.Background(), level, "dlock: renewal failed", "key", g.first.h.lease.Key, "kind", g.first.h.kind, "locks", g.n, "error", g.first.err)
 	}
 }
 

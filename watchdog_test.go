@@ -1149,3 +1149,123 @@ func TestRenewalAfterShorterExtendOfUnknownOutcomeLeavesHalfTheLease(t *testing.
 			short, gap.Round(time.Millisecond), (short - gap).Round(time.Millisecond))
 	}
 }
+
+// A lock whose renewals fail because the server's password changed (the
+// connections they dial fail AUTH) says so in its loss's cause and in the
+// log, not that a reply had the wrong type: go-redis's pipeline leaves its
+// commands with neither reply nor error when the connection's handshake is
+// refused, and only Exec returns why.
+func TestLeaseRunOutAfterPasswordChangeSaysAuthFailed(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithConfig("requirepass", "old"))
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "old"})
+	t.Cleanup(func() { _ = admin.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "old"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logs syncBuffer
+	c := newClientOn(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l := mustLock(t, c, "rekeyed", WithTTL(300*time.Millisecond))
+	if err := admin.ConfigSet(ctx, "requirepass", "new").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The connections open stay authenticated: the renewals dial new ones.
+	if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	cause := context.Cause(l.Context())
+	var re redis.Error
+	if !errors.Is(cause, ErrLockLost) || !errors.As(cause, &re) || !strings.HasPrefix(re.Error(), "WRONGPASS") {
+		t.Fatalf("cause = %v, want ErrLockLost and the renewal's WRONGPASS", cause)
+	}
+	if s := logs.String(); !strings.Contains(s, `msg="dlock: renewal failed" key=rekeyed kind=lock locks=1 error="WRONGPASS`) {
+		t.Errorf("log:\n%s", s)
+	}
+}
+
+// levelCount is a log handler that counts the records of each message at
+// each level.
+type levelCount struct {
+	mu sync.Mutex
+	n  map[string]int // by level and message: "WARN dlock: lock lost"
+}
+
+func (h *levelCount) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelCount) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *levelCount) WithGroup(string) slog.Handler            { return h }
+
+func (h *levelCount) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = make(map[string]int)
+	}
+	h.n[r.Level.String()+" "+r.Message]++
+	return nil
+}
+
+func (h *levelCount) count(level slog.Level, msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[level.String()+" "+msg]
+}
+
+// Through an outage a lock's renewals are retried every tenth of its
+// lease until it is lost: the first failure is a warning, the retries are
+// at Debug, and the loss is a warning of its own.
+func TestOutageWarnsOncePerLockBeforeItsLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	// No retries, one dial: each round fails at once, so several fail
+	// before the lease runs out.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	logs := &levelCount{}
+	c := newClientOn(t, rdb, WithLogger(slog.New(logs)))
+	l := mustLock(t, c, "outage", WithTTL(600*time.Millisecond))
+	srv.Stop(t)
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	waitUntil(t, 5*time.Second, "the loss logged", func() bool {
+		return logs.count(slog.LevelWarn, "dlock: lock lost") == 1
+	})
+	if n := logs.count(slog.LevelWarn, "dlock: renewal failed"); n != 1 {
+		t.Errorf("%d warnings of a failed renewal; want 1, the first", n)
+	}
+	if n := logs.count(slog.LevelDebug, "dlock: renewal failed"); n < 2 {
+		t.Errorf("%d debug records of a failed renewal; want one per retry", n)
+	}
+}
+
+// A lease that runs out while its first renewal since the last answered
+// one is still on its way says so, and for how long: with go-redis's
+// default dial retries, a renewal to a server that has shut down is still
+// dialling it (seconds) when a short lease ends.
+func TestLeaseRunOutSaysRenewalUnanswered(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClientOn(t, srv.Client(t)) // go-redis's defaults: DialerRetries 5, MaxRetries 3
+	l := mustLock(t, c, "unanswered", WithTTL(600*time.Millisecond))
+	srv.Stop(t)
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "its renewal unanswered after ") {
+		t.Fatalf("cause = %v, want ErrLockLost and how long its renewal went unanswered", cause)
+	}
+}
+
+// Unlock of a lock already lost, while Redis is down, returns the
+// release's network error alone: not ErrNotHeld nor ErrLockLost, which say
+// what Redis answered; the lock's Context tells of the loss.
+func TestUnlockOfLostLockWithRedisDownReturnsReleaseError(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	l := mustLock(t, c, "down", WithTTL(300*time.Millisecond))
+	srv.Stop(t)
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+	err := l.Unlock(context.Background())
+	if _, dialed := dialFailed(err); !dialed || errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock = %v, want the dial error alone", err)
+	}
+}
