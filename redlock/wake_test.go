@@ -216,7 +216,9 @@ func TestDeadPubSubPathIsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
-		rdb := nodeClient(p.Addr())
+		opt := nodeOptions(p.Addr())
+		opt.ClientName = waiterConn
+		rdb := redis.NewClient(opt)
 		t.Cleanup(func() { rdb.Close() })
 		proxies = append(proxies, p)
 		nodes = append(nodes, rdb)
@@ -253,6 +255,11 @@ func TestDeadPubSubPathIsDropped(t *testing.T) {
 	// Its first attempt, and the one when its subscription reached a
 	// majority (a release may have been missed before).
 	done := blockedWaiter(2)
+	// Subscribed on every node, not only the majority that woke it: a
+	// node still subscribing would have no release to drop.
+	for i, rdb := range cl.rdbs {
+		waitUntil(t, 5*time.Second, "the waiter's subscription on node "+strconv.Itoa(i), waiterSubscribed(ctx, rdb, 1))
+	}
 	var dropped []<-chan struct{}
 	for _, p := range proxies {
 		dropped = append(dropped, p.DropOn(func(b []byte) bool {
@@ -368,7 +375,8 @@ func withPubSubDial(t *testing.T, cl *cluster, i int, before func(ctx context.Co
 }
 
 // waiterConn names the connections of the waiting Client's nodes:
-// waiterNodes', lockerNodes', withPubSubDial's node.
+// waiterNodes', lockerNodes', withPubSubDial's node,
+// TestDeadPubSubPathIsDropped's.
 const waiterConn = "waiter"
 
 // waiterSubscribed is a condition for waitUntil: rdb's server has a pub/sub
