@@ -886,6 +886,71 @@ func TestWaiterReturnsSoonAfterCtxWhileRedisHangs(t *testing.T) {
 	}
 }
 
+// A waiter whose ctx ends while the server is frozen (SIGSTOP) returns
+// about endedUnlockWait past that end also through a go-redis client that
+// honours no deadline (without ContextTimeoutEnabled) and cuts a read short
+// only after 30 s (ReadTimeout): longer than the leaving's wait for a check
+// still on its way (batchTimeout). That leaving goes on in the background,
+// and Close waits for it once the server answers again.
+func TestWaiterReturnsSoonAfterCtxWhileServerFrozen(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		queueTTL time.Duration
+		onItsWay int64 // checks sent and not answered when Lock returns
+	}{
+		{"CheckOnItsWay", 300 * time.Millisecond, 1}, // checks every 100 ms: one meets the frozen server
+		{"BetweenChecks", 30 * time.Second, 0},       // checks every 10 s: none after the first
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			slow := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 30 * time.Second})
+			t.Cleanup(func() { slow.Close() })
+			c := newClientOn(t, slow, WithQueueTTL(tc.queueTTL))
+			var sent, answered atomic.Int64
+			sha := c.keys("frozen").scripts().acquire.sha
+			slow.AddHook(scriptHook{
+				before: map[string]func() error{sha: func() error { sent.Add(1); return nil }},
+				after:  map[string]func() error{sha: func() error { answered.Add(1); return nil }},
+			})
+			rdb := srv.Client(t)
+			holder := newClientOn(t, rdb)
+			ctx := context.Background()
+			const key = "frozen"
+			h := mustLock(t, holder, key, WithTTL(30*time.Second))
+
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			deadline, _ := wctx.Deadline()
+			got := lockAsync(wctx, c, key)
+			waitQueuedAndSubscribed(t, rdb, c, key)
+			srv.Pause(t)
+			defer srv.Resume(t)
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter's ctx ended before the server was frozen")
+			}
+			r := testutil.Receive(t, got, time.Until(deadline)+endedUnlockWait+5*time.Second, "the waiter to return while the server is frozen")
+			// The slack is for a loaded machine.
+			if took := time.Since(deadline); took > endedUnlockWait+500*time.Millisecond {
+				t.Errorf("the waiter returned %v after its ctx ended, with the server frozen", took.Round(time.Millisecond))
+			}
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("Lock whose ctx ended while the server was frozen = %v, %v, want DeadlineExceeded", r.l, r.err)
+			}
+			if n := sent.Load() - answered.Load(); n != tc.onItsWay {
+				t.Errorf("%d checks on their way when Lock returned, want %d", n, tc.onItsWay)
+			}
+			srv.Resume(t)
+			c.Close()
+			if n := queued(t, rdb, holder, key); n != 0 {
+				t.Errorf("%d queue entries left once Close returned: the waiter's leaving did not end", n)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // Permits share the waiting and leaving of a lock, with scripts of their
 // own: a waiter of a Semaphore or an RWMutex whose ctx ends while Redis
 // hangs returns about endedUnlockWait later too, as does an Unlock of
@@ -1139,6 +1204,106 @@ func TestWaiterCancelledMidCheckIsNotRetriedPastItsLeaving(t *testing.T) {
 		owner, _ := rdb.HGetAll(ctx, k.lock).Result()
 		t.Fatalf("TryLock once the cancelled waiter left and its check ended = %v (lock %v)", err, owner)
 	}
+}
+
+// A check of a waiter that gave up, delayed on its way to Redis longer than
+// batchTimeout, is still one go-redis waits for when its ReadTimeout is
+// longer (30 s here, and no ContextTimeoutEnabled): the leaving's release
+// goes after it, not before, or the check, reaching Redis after the
+// release, would take the lock for a token nobody holds and keep everyone
+// out for the whole lease.
+func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	held := make(chan struct{})
+	delayed := &delayedWrites{held: held, reached: make(chan struct{})}
+	slow := redis.NewClient(&redis.Options{
+		Addr:        srv.Addr(),
+		ReadTimeout: 30 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &delayedConn{Conn: conn, d: delayed}, nil
+		},
+	})
+	t.Cleanup(func() { slow.Close() })
+	// Checks again every 100 ms.
+	c := newClientOn(t, slow, WithQueueTTL(300*time.Millisecond))
+	other := newClientOn(t, rdb)
+	ctx := context.Background()
+	const key = "slow-check"
+	k := c.keys(key)
+	released := make(chan struct{}, 1)
+	slow.AddHook(scriptHook{after: map[string]func() error{k.scripts().release.sha: func() error {
+		select {
+		case released <- struct{}{}:
+		default:
+		}
+		return nil
+	}}})
+	h := mustLock(t, other, key, WithTTL(30*time.Second))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := lockAsync(wctx, c, key, WithTTL(30*time.Second))
+	waitQueuedAndSubscribed(t, rdb, c, key)
+	delayed.match.Store(&k.scripts().acquire.sha)
+	testutil.Receive(t, delayed.reached, 5*time.Second, "a check to be delayed")
+	cancel()
+	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter cancelled mid-check = %v, %v, want Canceled", r.l, r.err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The check arrives once the leaving has given up waiting for it, if
+	// it does: then the release has gone first.
+	select {
+	case <-released:
+	case <-time.After(batchTimeout + time.Second):
+	}
+	close(held)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if owner := rdb.HGetAll(ctx, k.lock).Val(); len(owner) != 0 {
+		t.Fatalf("the lock is held once the cancelled waiter left and its check arrived: %v", owner)
+	}
+	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
+		t.Errorf("%d queue entries left once the cancelled waiter left and its check arrived", n)
+	}
+}
+
+// delayedWrites holds back, until held is closed, the first write to
+// Redis that carries match once it is set: a request slow on its way.
+type delayedWrites struct {
+	match   atomic.Pointer[string]
+	once    sync.Once
+	reached chan struct{}
+	held    <-chan struct{}
+}
+
+// delayedConn is a connection whose writes delayedWrites may hold back.
+type delayedConn struct {
+	net.Conn
+	d *delayedWrites
+}
+
+func (c *delayedConn) Write(b []byte) (int, error) {
+	if m := c.d.match.Load(); m != nil && bytes.Contains(b, []byte(*m)) {
+		first := false
+		c.d.once.Do(func() { first = true })
+		if first {
+			close(c.d.reached)
+			<-c.d.held
+			// Past go-redis's WriteTimeout now: the bytes were slow on the
+			// network, not refused by the kernel.
+			_ = c.Conn.SetWriteDeadline(time.Time{})
+		}
+	}
+	return c.Conn.Write(b)
 }
 
 // A grant that cannot be handed out (its reply came after the lease could be

@@ -286,10 +286,10 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 // endedUnlockWait, as an Unlock whose ctx has ended does for its release:
 // with a Redis that answers, the waiter has left before Lock returns; with
 // one that hangs, Lock returns about then, not releaseTimeout (and a check
-// still on its way, batchTimeout) past ctx's end, and the leaving goes on
-// in the background, counted in r.Ops so that Close waits for it. A panic
-// there (a go-redis hook's) is raised here if it comes in that time, and
-// logged if not: nobody is left to recover it.
+// still on its way, up to go-redis's ReadTimeout) past ctx's end, and the
+// leaving goes on in the background, counted in r.Ops so that Close waits
+// for it. A panic there (a go-redis hook's) is raised here if it comes in
+// that time, and logged if not: nobody is left to recover it.
 func (a *attempt) abandon(ctx context.Context) {
 	backend.Detach(a.r.Ops, endedUnlockWait, func() { a.leave(ctx) },
 		a.n.log, "dlock: panic while leaving the queue", "key", a.r.Key, "kind", kindOf(a.r.Permits))
@@ -307,14 +307,12 @@ func (a *attempt) abandon(ctx context.Context) {
 func (a *attempt) leave(ctx context.Context) {
 	if a.inflight != nil {
 		// The last check may still reach Redis: leave after it, or it
-		// would queue us, or take the lock, once we are gone. Its batch
-		// ends within batchTimeout; the release then has its own time.
-		wait := time.NewTimer(batchTimeout)
-		select {
-		case <-a.inflight:
-		case <-wait.C:
-		}
-		wait.Stop()
+		// would queue us, or take the lock, once we are gone. It ends
+		// when go-redis gives up on it, which may be well past
+		// batchTimeout (a ReadTimeout of 30 s, not cut short at a
+		// deadline without ContextTimeoutEnabled), or when the client is
+		// closed; the release then has its own time.
+		<-a.inflight
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()

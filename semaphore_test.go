@@ -432,6 +432,11 @@ func TestLostPermitsNameTheirSemaphore(t *testing.T) {
 			forceRelease(t, c, kind, l)
 			return l.Extend(ctx, time.Second)
 		}, []LockOption{WithoutRenewal()}},
+		{"ttl found them gone", func(t *testing.T, c *Client, kind string, l *Lock, _ func()) error {
+			forceRelease(t, c, kind, l)
+			_, err := l.TTL(ctx)
+			return err
+		}, []LockOption{WithoutRenewal()}},
 		{"unlock found them gone", func(t *testing.T, c *Client, kind string, l *Lock, _ func()) error {
 			forceRelease(t, c, kind, l)
 			return l.Unlock(ctx)
@@ -468,6 +473,12 @@ func TestLostPermitsNameTheirSemaphore(t *testing.T) {
 				if callErr != nil {
 					check("the call's error", callErr)
 				}
+				// So do the calls made on them since; Txn, which refuses
+				// permits, too.
+				check("Extend", l.Extend(ctx, time.Second))
+				_, err = l.TTL(ctx)
+				check("TTL", err)
+				check("Txn", l.Txn(ctx, func(redis.Pipeliner) error { return nil }))
 			})
 		}
 	}

@@ -1340,6 +1340,52 @@ func TestSentinelDownLockLostAtLeaseEnd(t *testing.T) {
 	}
 }
 
+// While no Sentinel answers, go-redis's nested dial retries make a call
+// that needs a new connection fail only after about 37 s with its default
+// options (docs/safety.md). The caller's deadline bounds TryLock (its
+// request, then up to endedUnlockWait for the release it sends after a
+// failed one), and so do go-redis's MaxRetries and DialerRetries.
+func TestSentinelDownTryLockBounds(t *testing.T) {
+	g := redistest.StartSentinelGroup(t, 0, 1)
+	for _, s := range g.Sentinels {
+		s.Stop(t)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		opts    redis.FailoverOptions
+		timeout time.Duration // TryLock's ctx; 0: none
+		within  time.Duration
+	}{
+		{"Deadline", redis.FailoverOptions{}, 500 * time.Millisecond, 500*time.Millisecond + endedUnlockWait},
+		{"NoRetries", redis.FailoverOptions{MaxRetries: -1, DialerRetries: 1}, 0, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opts
+			o.MasterName, o.SentinelAddrs = g.MasterName, g.SentinelAddrs()
+			fc := redis.NewFailoverClient(&o)
+			t.Cleanup(func() { _ = fc.Close() })
+			c := newClientOn(t, fc)
+			tctx := ctx
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				tctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			start := time.Now()
+			l, err := c.TryLock(tctx, "sentinel-down")
+			took := time.Since(start)
+			if err == nil || errors.Is(err, ErrNotObtained) {
+				t.Fatalf("TryLock with no Sentinel answering = %v, %v, want its error", l, err)
+			}
+			// The slack is for a loaded machine.
+			if limit := tc.within + 500*time.Millisecond; took > limit {
+				t.Errorf("TryLock with no Sentinel answering failed after %v, want at most %v: %v", took.Round(time.Millisecond), limit, err)
+			}
+		})
+	}
+}
+
 // A check whose reply comes late (a slow link), its script run long
 // before: the queue entry it wrote counts from then, so the waiter checks
 // again at once rather than a third of the queue TTL after the reply, by
@@ -1407,4 +1453,86 @@ func queueEntryRefreshed(t *testing.T, rdb *redis.Client, k *lockKeys, token str
 		return ranOut || e != until
 	})
 	return !ranOut
+}
+
+// A planned failover (SENTINEL FAILOVER) leaves the old master running, as
+// a replica of the promoted one. A holder keeps its lock: its renewals
+// reach the new master, and Unlock releases it there. Waiters queued
+// before it keep their places in order: the first is handed the lock at
+// the release, found at its next check at the latest (its pub/sub
+// connection may still be on the old master, docs/safety.md), the second
+// at the first's release.
+func TestPlannedFailoverKeepsHolderAndWaiters(t *testing.T) {
+	ctx := context.Background()
+	g := redistest.StartSentinelGroup(t, 1, 1)
+	holder := newClientOn(t, g.FailoverClient(t))
+	first := newClientOn(t, g.FailoverClient(t))
+	second := newClientOn(t, g.FailoverClient(t))
+	const key = "planned"
+	// Renewed every second: several renewals fall in the failover.
+	const lease = 3 * time.Second
+	l := mustLock(t, holder, key, WithTTL(lease))
+	got1 := lockAsync(ctx, first, key)
+	queuedOnReplica(t, g, first, key)
+	got2 := lockAsync(ctx, second, key)
+	om := g.Master.Client(t)
+	ch := second.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the second waiter to queue and subscribe on the master", func() bool {
+		subs, _ := om.PubSubShardNumSub(ctx, ch).Result()
+		return om.ZCard(ctx, second.keys(key).queue).Val() == 2 && subs[ch] == 1
+	})
+	redistest.WaitReplicaAcks(t, om)
+
+	oldAddr := g.Master.Addr()
+	if err := g.SentinelClient(t, 0).Failover(ctx, g.MasterName).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	newAddr := g.WaitForFailover(t, oldAddr, 20*time.Second)
+	if !g.Master.Running() {
+		t.Fatal("the old master stopped in a planned failover")
+	}
+	nm := g.ServerByAddr(newAddr).Client(t)
+	// Renewals after the switch, and nothing lost meanwhile.
+	waitRenewal(t, nm, holder.keys(key).lock)
+	waitRenewal(t, nm, holder.keys(key).lock)
+	if err := l.Context().Err(); err != nil {
+		t.Fatalf("the holder lost its lock in a planned failover: %v", context.Cause(l.Context()))
+	}
+	if n := nm.ZCard(ctx, holder.keys(key).queue).Val(); n != 2 {
+		t.Fatalf("%d waiters queued on the new master, want 2", n)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after a planned failover: %v", err)
+	}
+	released := time.Now()
+	r1 := testutil.Receive(t, got1, 5*time.Second, "the first waiter to get the lock")
+	if r1.err != nil {
+		t.Fatalf("first waiter: %v", r1.err)
+	}
+	// Woken by the hand-over, or its next check finds it (within a third of
+	// the queue TTL); the slack is for a loaded machine.
+	if d, limit := time.Since(released), DefaultQueueTTL/3+500*time.Millisecond; d > limit {
+		t.Errorf("first waiter got the lock %v after the release, want at most %v", d.Round(time.Millisecond), limit)
+	}
+	if r1.l.Fence() <= l.Fence() {
+		t.Errorf("first waiter's fence %d <= the holder's %d", r1.l.Fence(), l.Fence())
+	}
+	select {
+	case r := <-got2:
+		t.Fatalf("the second waiter returned while the first holds the lock: %v, %v", r.l, r.err)
+	default:
+	}
+	if err := r1.l.Unlock(ctx); err != nil {
+		t.Fatalf("first waiter's Unlock: %v", err)
+	}
+	r2 := testutil.Receive(t, got2, 5*time.Second, "the second waiter to get the lock")
+	if r2.err != nil {
+		t.Fatalf("second waiter: %v", r2.err)
+	}
+	if r2.l.Fence() <= r1.l.Fence() {
+		t.Errorf("second waiter's fence %d <= the first's %d", r2.l.Fence(), r1.l.Fence())
+	}
+	if err := r2.l.Unlock(ctx); err != nil {
+		t.Fatalf("second waiter's Unlock: %v", err)
+	}
 }
