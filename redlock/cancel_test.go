@@ -1,9 +1,14 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -617,4 +622,156 @@ func TestLockReturnsSoonAfterCtxWhileNodesHang(t *testing.T) {
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// A release to a node goes after the acquire there, however long that
+// acquire is on its way: a node client without ContextTimeoutEnabled whose
+// ReadTimeout is 30 s waits that long for it, well past the per-node
+// timeouts and the wait of a caller that gave up. Sent first, the release
+// would find nothing, and the acquire, reaching the node after it, would
+// leave a hold nobody owns for the whole lease. Both releases wait: a
+// failed attempt's (its caller cancelled while blocked), and an Unlock's
+// of a lock the other nodes granted.
+func TestReleaseGoesAfterItsSlowAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		blocked bool // another owner holds nodes 0 and 1: the attempt fails
+	}{
+		{"FailedAttempt", true},
+		{"Unlock", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := startCluster(t, 3)
+			acquireSHA, releaseSHA := scriptSHA(t, "acquire"), scriptSHA(t, "release")
+			held := make(chan struct{})
+			delayed := &delayedWrites{held: held, reached: make(chan struct{})}
+			slow := redis.NewClient(&redis.Options{
+				Addr: cl.srvs[2].Addr(), ReadTimeout: 30 * time.Second, MaxRetries: -1, DialerRetries: 1,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return &delayedConn{Conn: conn, d: delayed}, nil
+				},
+			})
+			t.Cleanup(func() { slow.Close() })
+			released := make(chan struct{}, 1)
+			slow.AddHook(&scriptDone{sha: releaseSHA, key: lockKey("job"), done: released})
+			c, err := redlock.New([]redis.UniversalClient{cl.nodes[0], cl.nodes[1], slow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			ctx := context.Background()
+			mustLock(t, c, "warm").Unlock(ctx) // connected to every node
+			cl.cacheScripts(t)
+			if tc.blocked {
+				for _, rdb := range cl.rdbs[:2] {
+					rdb.HSet(ctx, lockKey("job"), "x", 1, ":at", 0)
+					rdb.PExpire(ctx, lockKey("job"), time.Minute)
+				}
+			}
+
+			delayed.match.Store(&acquireSHA)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() {
+				l, err := c.Lock(wctx, "job", dlock.WithTTL(30*time.Second))
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				errc <- err
+			}()
+			testutil.Receive(t, delayed.reached, 5*time.Second, "node 2's acquire to be delayed")
+			if tc.blocked {
+				cancel()
+			}
+			err = testutil.Receive(t, errc, 5*time.Second, "the Lock call")
+			if tc.blocked && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lock cancelled while blocked = %v, want Canceled", err)
+			} else if !tc.blocked && err != nil {
+				t.Fatalf("Lock and Unlock = %v", err)
+			}
+			// The acquire arrives once the release has stopped waiting for
+			// it, if it does (every timeout of the release is a second at
+			// most): then the release has gone first.
+			select {
+			case <-released:
+			case <-time.After(3 * time.Second):
+			}
+			close(held)
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if tokens := cl.rdbs[2].HKeys(ctx, lockKey("job")).Val(); len(tokens) > 0 {
+				pttl := cl.rdbs[2].PTTL(ctx, lockKey("job")).Val()
+				t.Errorf("node 2 holds %q for %v once the delayed acquire arrived: a hold nobody owns", tokens, pttl)
+			}
+		})
+	}
+}
+
+// scriptSHA is the SHA1 of the Redlock script lua/name.lua, as EVALSHA
+// sends it.
+func scriptSHA(t *testing.T, name string) string {
+	t.Helper()
+	src, err := os.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	return hex.EncodeToString(sum[:])
+}
+
+// scriptDone signals done (without blocking) each time a call of the
+// script sha on key returns.
+type scriptDone struct {
+	testutil.PassHook
+	sha, key string
+	done     chan struct{}
+}
+
+func (h *scriptDone) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); len(a) > 3 && a[0] == "evalsha" && a[1] == h.sha && a[3] == h.key {
+			select {
+			case h.done <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// delayedWrites holds back, until held is closed, the first write to a
+// node that carries match once it is set: a request slow on its way.
+type delayedWrites struct {
+	match   atomic.Pointer[string]
+	once    sync.Once
+	reached chan struct{}
+	held    <-chan struct{}
+}
+
+// delayedConn is a connection whose writes delayedWrites may hold back.
+type delayedConn struct {
+	net.Conn
+	d *delayedWrites
+}
+
+func (c *delayedConn) Write(b []byte) (int, error) {
+	if m := c.d.match.Load(); m != nil && bytes.Contains(b, []byte(*m)) {
+		first := false
+		c.d.once.Do(func() { first = true })
+		if first {
+			close(c.d.reached)
+			<-c.d.held
+			// Past go-redis's WriteTimeout, maybe: the bytes were slow on
+			// the network, not refused by the kernel.
+			_ = c.Conn.SetWriteDeadline(time.Time{})
+		}
+	}
+	return c.Conn.Write(b)
 }

@@ -256,6 +256,44 @@ func TestFencePastTwoToThe53IsExact(t *testing.T) {
 	tryAndLockAreWrongType(t, c, "k", "with fence counters at 2^63 - 1")
 }
 
+// The last fence, 2^63 - 1, is handed out and stored; the counters then
+// have no int64 after them, and the next acquisition is refused as
+// WRONGTYPE, not granted a fence that wraps around or goes back.
+func TestLastFenceIsHandedOutThenRefused(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	const last = uint64(1)<<63 - 1
+	for _, rdb := range cl.rdbs {
+		rdb.Set(ctx, lockKey("k")+":fence", strconv.FormatUint(last-1, 10), 0)
+	}
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryLock with fence counters at 2^63 - 2 = %v", err)
+	}
+	if l.Fence() != last {
+		t.Errorf("fence %d, want %d", l.Fence(), last)
+	}
+	// Stored on every node: the late one's store follows Lock's return.
+	waitUntil(t, 5*time.Second, "the fence stored on every node", func() bool {
+		for _, rdb := range cl.rdbs {
+			if rdb.Get(ctx, lockKey("k")+":fence").Val() != strconv.FormatUint(last, 10) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tryAndLockAreWrongType(t, c, "k", "once the fence 2^63 - 1 was handed out")
+	for i, rdb := range cl.rdbs {
+		if n := rdb.Exists(ctx, lockKey("k")).Val(); n != 0 {
+			t.Errorf("node %d holds the lock after the refused acquisitions", i)
+		}
+	}
+}
+
 // TestRestartedEmptyNodeAndFencing is the known Redlock hole: a node that
 // restarts empty while a lock is held lets a second client take a majority
 // while the first still believes it holds the lock. Fencing keeps the

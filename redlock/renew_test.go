@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // lateRenewals makes the watchdog's renewal pipelines fail before they
@@ -435,6 +437,101 @@ func TestTTLAndExtendFindingWrongTypeKeyIsLoss(t *testing.T) {
 			case <-l.Done():
 			default:
 				t.Fatalf("%s found the lock gone on a majority, yet its Context is live", name)
+			}
+		})
+	}
+}
+
+// A lock whose renewals a majority of the nodes refuses because their
+// password changed (the connections the renewals dial fail AUTH) says so
+// in its loss's cause, and so do an Extend and a TryLock meanwhile: not
+// that a reply had the wrong type, which go-redis's pipeline leaves its
+// commands reading when their connection's handshake is refused.
+func TestPasswordChangeOnAMajoritySaysAuthFailed(t *testing.T) {
+	var srvs []*redistest.Server
+	var nodes []redis.UniversalClient
+	for range 3 {
+		srv := redistest.Start(t, redistest.WithConfig("requirepass", "old"))
+		o := nodeOptions(srv.Addr())
+		o.Password = "old"
+		rdb := redis.NewClient(o)
+		t.Cleanup(func() { rdb.Close() })
+		srvs, nodes = append(srvs, srv), append(nodes, rdb)
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	l := mustLock(t, c, "rekeyed", dlock.WithTTL(2*time.Second))
+	for _, srv := range srvs[1:] {
+		admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "old"})
+		t.Cleanup(func() { admin.Close() })
+		if err := admin.ConfigSet(ctx, "requirepass", "new").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// The connections open stay authenticated: the calls dial new ones.
+		if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrongPass := func(err error) bool {
+		var re redis.Error
+		return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGPASS") && !strings.Contains(err.Error(), "unexpected type")
+	}
+	if err := l.Extend(ctx, 2*time.Second); !wrongPass(err) {
+		t.Errorf("Extend = %v, want the nodes' WRONGPASS", err)
+	}
+	if _, err := c.TryLock(ctx, "other"); !wrongPass(err) {
+		t.Errorf("TryLock = %v, want the nodes' WRONGPASS", err)
+	}
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) || !wrongPass(cause) {
+		t.Fatalf("cause = %v, want ErrLockLost and the renewals' WRONGPASS", cause)
+	}
+}
+
+// A lease that runs out while a majority of the nodes does not answer its
+// renewals says why: the per-node timeout ends each renewal, whatever the
+// node clients' own timeouts, and the last one's nodes' errors are the
+// cause.
+func TestLeaseRunOutWithAMajorityHungSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(addr string) *redis.Options
+	}{
+		{"ContextTimeoutEnabled", nodeOptions},
+		// Nothing cut short before 30 s, as TestReleaseGoesAfterItsSlowAcquire.
+		{"ReadTimeout30s", func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, ReadTimeout: 30 * time.Second, MaxRetries: -1, DialerRetries: 1}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := startCluster(t, 3)
+			var nodes []redis.UniversalClient
+			for _, srv := range cl.srvs {
+				rdb := redis.NewClient(tc.opts(srv.Addr()))
+				t.Cleanup(func() { rdb.Close() })
+				nodes = append(nodes, rdb)
+			}
+			c, err := redlock.New(nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := mustLock(t, c, "hung", dlock.WithTTL(600*time.Millisecond))
+			cl.srvs[1].Pause(t)
+			cl.srvs[2].Pause(t)
+			testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+			cause := context.Cause(l.Context())
+			t.Logf("cause: %v", cause)
+			if !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(cause, redlock.ErrNodeTimeout) {
+				t.Errorf("cause = %v, want ErrLockLost and the nodes' ErrNodeTimeout", cause)
+			}
+			cl.srvs[1].Resume(t)
+			cl.srvs[2].Resume(t)
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
