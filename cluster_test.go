@@ -2315,3 +2315,44 @@ func closedThenOtherServed(t *testing.T, c *Client, b string, la *Lock, gotA <-c
 		}
 	}
 }
+
+// A plain Client pointed at one node of a Redis Cluster holds a lock of a
+// slot that node serves, with a waiter queued, when the slot moves to
+// another node: from then on their calls are answered MOVED, every time
+// (the client follows no redirection). The waiter's wait ends at its next
+// check, not when its queue entry runs out, and Unlock returns the error
+// at once, not after sending the release again for migrationWait.
+func TestClusterPlainClientAfterItsSlotMoved(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	src := cl.Addrs()[0]
+	rdb := redis.NewClient(&redis.Options{Addr: src})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	waiter := newClientOn(t, rdb, WithQueueTTL(time.Minute))
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("here:%d", i); masterOf(t, cc, c, k) == src {
+			key = k
+		}
+	}
+	l := mustLock(t, c, key)
+	// A short lease: the waiter checks every 100 ms.
+	got := lockAsync(ctx, waiter, key, WithTTL(300*time.Millisecond))
+	k := c.keys(key)
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return cc.ZCard(ctx, k.queue).Val() == 1 })
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), nil)
+	r := testutil.Receive(t, got, 5*time.Second, "the waiter's Lock to return")
+	if _, moved := redis.IsMovedError(r.err); !moved {
+		t.Fatalf("Lock of a waiter whose slot moved = %v, want the MOVED error", r.err)
+	}
+	start := time.Now()
+	err := l.Unlock(ctx)
+	if _, moved := redis.IsMovedError(err); !moved {
+		t.Fatalf("Unlock of a lock whose slot moved = %v, want the MOVED error", err)
+	}
+	if d := time.Since(start); d > migrationWait/2 {
+		t.Errorf("Unlock returned MOVED after %v, want at once", d)
+	}
+}

@@ -17,8 +17,9 @@ import (
 // DegradedMode says what a Client does when Redis cannot be reached while
 // it takes a lock, or answers that it cannot serve it for now (LOADING,
 // READONLY, MASTERDOWN, NOREPLICAS, OOM, MISCONF, CLUSTERDOWN, TRYAGAIN,
-// MOVED or ASK once go-redis's redirections are spent, BUSY, max number of
-// clients reached).
+// BUSY, max number of clients reached). Not MOVED or ASK: a ClusterClient
+// whose redirections ran out is answered so only while a slot moves, and
+// a plain Client pointed at one node of a Cluster every time.
 type DegradedMode uint8
 
 const (

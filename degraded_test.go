@@ -538,3 +538,37 @@ func TestDegradedModeNotPastTheDeadline(t *testing.T) {
 		t.Errorf("AcquireEnd events = %+v, want one, canceled", rec.acquires)
 	}
 }
+
+// A plain Client pointed at one node of a Redis Cluster is answered MOVED
+// for a key whose slot another node serves, and will be every time: it
+// follows no redirection. That is a misconfiguration to report, not Redis
+// unable to serve the lock for now (as a ClusterClient's spent
+// redirections are): the degraded mode must not take it for an outage and
+// hand out locks that exclude no other process.
+func TestDegradedModeNotOnMovedToAPlainClient(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: cl.Addrs()[0]})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback))
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("elsewhere:%d", i); masterOf(t, cc, c, k) != cl.Addrs()[0] {
+			key = k
+		}
+	}
+	for _, wait := range []bool{false, true} {
+		lock := c.TryLock
+		if wait {
+			lock = c.Lock
+		}
+		l, err := lock(ctx, key)
+		if err == nil {
+			t.Fatalf("lock (wait %v) answered MOVED = a lock (degraded %v), want the MOVED error", wait, l.Degraded())
+		}
+		if _, moved := redis.IsMovedError(err); !moved {
+			t.Fatalf("lock (wait %v) answered MOVED = %v, want the MOVED error", wait, err)
+		}
+	}
+}

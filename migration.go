@@ -24,11 +24,11 @@ const migrationWait = 5 * time.Second
 // has passed or ctx ends. A release given up there would leave the lock
 // held, renewed no more, for the rest of its lease, and its waiters
 // waiting as long.
-func throughMigration(ctx context.Context, send func() error) {
+func throughMigration(ctx context.Context, rdb redis.UniversalClient, send func() error) {
 	deadline := time.Now().Add(migrationWait)
 	backoff := nextMigrationBackoff(0)
 	for {
-		if err := send(); !slotMoving(err) || time.Now().Add(backoff).After(deadline) {
+		if err := send(); !slotMoving(rdb, err) || time.Now().Add(backoff).After(deadline) {
 			return
 		}
 		t := time.NewTimer(backoff)
@@ -42,15 +42,23 @@ func throughMigration(ctx context.Context, send func() error) {
 	}
 }
 
-// slotMoving reports whether err refused a command, which did not run,
-// because its slot is moving: TRYAGAIN, or MOVED or ASK, which a
+// slotMoving reports whether err, from rdb, refused a command, which did
+// not run, because its slot is moving: TRYAGAIN, or MOVED or ASK, which a
 // ClusterClient returns once its redirections are spent while the nodes
 // disagree about the slot (it reloads its slot map after MOVED; ASK lasts
-// until the migration ends).
-func slotMoving(err error) bool {
+// until the migration ends). Not MOVED or ASK to a plain Client pointed
+// at one node of a Cluster: it follows no redirection, and that node
+// answers so every time.
+func slotMoving(rdb redis.UniversalClient, err error) bool {
+	if redis.IsTryAgainError(err) {
+		return true
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
+		return false
+	}
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
-	return moved || ask || redis.IsTryAgainError(err)
+	return moved || ask
 }
 
 // nextMigrationBackoff returns the delay before sending again a call

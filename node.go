@@ -296,7 +296,7 @@ func (n *node) TTL(ctx context.Context, l *backend.Lease) (time.Duration, backen
 func (n *node) Release(ctx context.Context, l *backend.Lease, level int) (int64, error) {
 	var left int64
 	var err error
-	throughMigration(ctx, func() error {
+	throughMigration(ctx, n.rdb, func() error {
 		if n.ack != nil {
 			left, err = n.releaseAcked(ctx, l, level)
 		} else {

@@ -147,7 +147,7 @@ func (a *attempt) run(ctx context.Context) (backend.Grant, error) {
 		// A check refused while the lock's slot is being migrated did not
 		// run: a caller that waits checks again, queued or not.
 		migrating := err != nil && a.r.Wait && ctx.Err() == nil && redis.IsTryAgainError(err)
-		if err != nil && !migrating && !(keepPlace(ctx, err) && time.Now().Before(queuedUntil)) {
+		if err != nil && !migrating && !(keepPlace(ctx, a.n.rdb, err) && time.Now().Before(queuedUntil)) {
 			// The script may have run even if its reply was lost: make sure
 			// we take nothing and leave no queue entry behind.
 			a.abandon(ctx)
@@ -332,7 +332,7 @@ func (a *attempt) leave(ctx context.Context) {
 		// and nobody would hold it for that lease. A check refused by the
 		// migration queued nothing: a TryLock, or a wait that never
 		// queued, does not wait for the migration to end.
-		throughMigration(rctx, leave)
+		throughMigration(rctx, a.n.rdb, leave)
 	} else {
 		_ = leave()
 	}
@@ -353,17 +353,18 @@ func (a *attempt) checkFailed(ctx context.Context, err error) error {
 	return rerr
 }
 
-// keepPlace reports whether a queued waiter whose check failed with err
-// keeps waiting: the master did not answer (a failover: the connection
-// refused or dropped), or answered that it cannot serve the lock for now
-// (a demoted master, a script running long elsewhere, a slot that moved
-// while go-redis's redirections ran out), and ctx has not ended. Other
-// replies (WRONGTYPE, a script error) end the wait, and so does a closed
-// go-redis client: no check can succeed again.
-func keepPlace(ctx context.Context, err error) bool {
+// keepPlace reports whether a queued waiter whose check, sent by rdb,
+// failed with err keeps waiting: the master did not answer (a failover:
+// the connection refused or dropped), or answered that it cannot serve the
+// lock for now (a demoted master, a script running long elsewhere), or
+// that the lock's slot is moving (slotMoving), and ctx has not ended.
+// Other replies (WRONGTYPE, a script error, MOVED to a plain Client) end
+// the wait, and so does a closed go-redis client: no check can succeed
+// again.
+func keepPlace(ctx context.Context, rdb redis.UniversalClient, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	var re redis.Error
-	return !errors.As(err, &re) || backend.CannotServe(err)
+	return !errors.As(err, &re) || backend.CannotServe(err) || slotMoving(rdb, err)
 }

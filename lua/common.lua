@@ -87,8 +87,9 @@ local function next_fence(now_us, handing)
     -- than the last, which the resource may have seen. Nothing is granted
     -- (as the redlock scripts refuse such a counter) and the counter is
     -- put back for an operator to see. A grant of a free lock fails here,
-    -- before it writes anything; a hand-over gets nil, and leaves the
-    -- waiter queued, whose own check then fails.
+    -- before it writes the lock (a queued waiter's check has left the
+    -- queue already: its wait ends with this error); a hand-over gets nil,
+    -- and leaves the waiter queued, whose own check then fails.
     redis.call('SET', KEYS[2], raw, 'KEEPTTL')
     if handing then return nil end
     error('dlock fence counter exhausted: ' .. KEYS[2] .. ' holds 2^63 - 1, the last fence', 0)

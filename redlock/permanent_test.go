@@ -131,3 +131,36 @@ func TestLockRetriesWhileMajorityPossible(t *testing.T) {
 		t.Errorf("Lock ran %d scripts on node 2, one attempt %d: Lock did not retry", got, once)
 	}
 }
+
+// Redlock given the masters of one Redis Cluster as its nodes, each through
+// a plain Client: a node answers MOVED for the keys another serves, and
+// will every time, as it would NOPERM. Lock returns after one attempt,
+// and LocalFallback does not take those nodes for unreachable.
+func TestLockFailsAtOnceOnClusterNodesAnsweringMoved(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	nodes := make([]redis.UniversalClient, len(cl.Nodes))
+	for i, addr := range cl.Addrs() {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes[i] = rdb
+	}
+	c, err := redlock.NewWithConfig(redlock.Config{Nodes: nodes, NodeTimeout: time.Second}, dlock.WithDegradedMode(dlock.LocalFallback))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Long enough for a Lock that retries to give up on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := c.Lock(ctx, "job")
+	if err == nil {
+		_ = l.Unlock(ctx)
+		t.Fatalf("Lock with 2 of 3 nodes answering MOVED = a lock (degraded %v), want ErrNoQuorum", l.Degraded())
+	}
+	if _, moved := redis.IsMovedError(err); !moved || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Errorf("Lock = %v, want ErrNoQuorum wrapping MOVED", err)
+	}
+	if !strings.Contains(err.Error(), "an error that will not pass") {
+		t.Errorf("Lock = %v, want it to give up after one attempt", err)
+	}
+}

@@ -27,18 +27,14 @@ func NoScript(err error) bool {
 // cannot serve the lock for now, though it may soon: loading its data, a
 // replica or a master cut off from its replicas, one out of memory (until
 // keys expire), one whose last snapshot failed (until a save succeeds), a
-// cluster missing the slot or moving it, a master the slot has left or is
-// leaving (MOVED, ASK: the command did not run; a ClusterClient returns
-// them once its redirections are spent, while the nodes disagree about
-// the slot, and reloads its slot map after MOVED), a script running long
-// elsewhere, one at its maxclients (which may also just close the
-// connection).
+// cluster missing the slot or moving it, a script running long elsewhere,
+// one at its maxclients (which may also just close the connection).
 func CannotServe(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED ", "ASK ", "READONLY", "NOREPLICAS", "OOM ", "MISCONF ", "BUSY ", "ERR max number of clients reached"} {
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM ", "MISCONF ", "BUSY ", "ERR max number of clients reached"} {
 		if strings.HasPrefix(re.Error(), p) {
 			return true
 		}
