@@ -464,6 +464,48 @@ func TestHandedOverLockSurvivesOneFailedRenewal(t *testing.T) {
 	}
 }
 
+// A lock handed over is trusted for a lease of at most the queue TTL (3 s),
+// and its renewal may go early, to share another lock's round trip, by a
+// sixth of that lease, not of the configured one (30 s): a sixth of 30 s
+// would send its first renewal with the very next one of any other lock
+// of the Client, right after the hand-over, a write wasted.
+func TestHandedOverLockNotRenewedRightAway(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	c, _ := hookedClient(t, srv.Addr(), renewalTimesHook{r: rt}) // lease 30 s, queue TTL 3 s
+	rdb := srv.Client(t)
+	holder := newClientOn(t, rdb)
+	// Renewed every 200 ms: a round trip the handed-over lock may join.
+	busy := mustLock(t, c, "busy", WithTTL(600*time.Millisecond))
+	defer busy.Unlock(ctx)
+	a := mustLock(t, holder, "handed", WithTTL(time.Minute))
+	// The hand-over's lease is trusted from one of the waiter's checks,
+	// none made before this.
+	called := time.Now()
+	got := lockAsync(ctx, c, "handed")
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "handed") == 1 })
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "hand-over")
+	defer l.Unlock(ctx)
+	key := c.keys("handed").lock
+	var first time.Time
+	waitUntil(t, 5*time.Second, "the handed-over lock's first renewal", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		if at := rt.at[key]; len(at) > 0 {
+			first = at[0]
+		}
+		return !first.IsZero()
+	})
+	// Due a third of 3 s after the check, early by a sixth at most.
+	if after := first.Sub(called); after < 500*time.Millisecond {
+		t.Fatalf("the handed-over lock was first renewed %v after its Lock call, earlier than a sixth of its 3 s lease", after)
+	}
+}
+
 // common.lua waiter: a queue entry whose lease PEXPIRE refuses (out of
 // range) or that would delete the lock at once (0) is corrupt, not a
 // waiter to hand the lock to: a hand-over must not fail half way (the

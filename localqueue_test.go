@@ -290,6 +290,31 @@ func TestLocalQueueRetryKeepsItsSchedule(t *testing.T) {
 	}
 }
 
+// zeroRetry asks for its checks at once, n of them, then gives up.
+type zeroRetry int
+
+func (r zeroRetry) Backoff(attempt int) (time.Duration, bool) { return 0, attempt <= int(r) }
+
+// TestLocalQueueZeroBackoffWaitsAMillisecond: a strategy's wait under 1 ms
+// counts as 1 ms in the process too, as in Redis: a custom strategy that
+// returns 0 cannot spin a waiter through its checks in the local queue.
+func TestLocalQueueZeroBackoffWaitsAMillisecond(t *testing.T) {
+	c, _, _ := newTestClient(t, WithLocalQueue())
+	ctx := context.Background()
+	l := mustLock(t, c, "z")
+	defer l.Unlock(ctx)
+	const checks = 50
+	start := time.Now()
+	_, err := c.Lock(ctx, "z", WithRetry(zeroRetry(checks)))
+	waited := time.Since(start)
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+	}
+	if waited < checks*backend.MinBackoff {
+		t.Errorf("gave up after %d checks in %v: less than %v each", checks, waited, backend.MinBackoff)
+	}
+}
+
 func TestLocalQueueMutualExclusion(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

@@ -361,6 +361,27 @@ func TestRefusedChannelDoesNotSettleTheKindOfSubscription(t *testing.T) {
 	}
 }
 
+// commandDenied tells an ACL's refusal of SPUBLISH from one of its channel
+// by the wording of each, as Redis 7.0 and 7.2 give them: 7.2 names the
+// user, and a user's name may hold any word, "channel" too.
+func TestCommandDeniedWording(t *testing.T) {
+	for _, tc := range []struct {
+		msg    string
+		denied bool
+	}{
+		{"NOPERM this user has no permissions to run the 'spublish' command", true},                    // 7.0
+		{"NOPERM User locker has no permissions to run the 'spublish' command", true},                  // 7.2
+		{"NOPERM User channel-bot has no permissions to run the 'spublish' command", true},             // 7.2
+		{"NOPERM this user has no permissions to access one of the channels used as arguments", false}, // 7.0
+		{"NOPERM No permissions to access a channel", false},                                           // 7.2
+		{"ERR unknown command 'spublish'", false},
+	} {
+		if got := commandDenied(errors.New(tc.msg)); got != tc.denied {
+			t.Errorf("commandDenied(%q) = %v, want %v", tc.msg, got, tc.denied)
+		}
+	}
+}
+
 // A pub/sub connection that cannot be made again fails with an error
 // reply at every Receive, read from no connection: the read goroutine must
 // wait between tries, as for any other broken connection, not reconnect in

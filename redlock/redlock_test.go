@@ -655,6 +655,44 @@ func TestWaiterTriesAgainWhenTheLeasesRunOut(t *testing.T) {
 	}
 }
 
+// acquire.go: a waiter refused by a hold in its last millisecond on a
+// minority (the lock split: one node gone, the other free) tries again
+// when the hold runs out, not after its random backoff: that backoff is
+// for a race between contenders, and no message comes when a lease runs
+// out.
+func TestSplitWaiterTriesAgainWhenTheLeaseRunsOut(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.srvs[2].Kill(t)
+	a := cl.patientLocker(t)
+	// A backoff far longer than any wait the fix allows.
+	b, err := redlock.NewWithConfig(redlock.Config{Nodes: cl.nodes, NodeTimeout: time.Second, RetryDelay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	const lease = 20 * time.Millisecond
+	// As in TestWaiterTriesAgainWhenTheLeasesRunOut: first attempts at
+	// steps of 0.1 ms, so some land in the hold's last millisecond.
+	for i := range 40 {
+		held := lockShortLease(t, a, "split", lease)
+		// Held on node 0 alone: node 1 grants the waiter, node 2 is gone.
+		if err := cl.rdbs[1].Del(ctx, lockKey("split")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		<-held.Context().Done()
+		for at := time.Now().Add(time.Duration(i) * 100 * time.Microsecond); time.Now().Before(at); {
+		}
+		start := time.Now()
+		l := mustLock(t, b, "split")
+		if waited := time.Since(start); waited >= 500*time.Millisecond {
+			t.Fatalf("round %d: the waiter got the lock %v after its first attempt, past a lease of %v", i, waited, lease)
+		}
+		_ = l.Unlock(ctx)
+		_ = held.Unlock(ctx) // lost, and found so
+	}
+}
+
 // A fence counter that Lua's tonumber reads as a number but that is none
 // ("inf", "nan") is a value that is not a counter, as "not a number" is
 // (TestFenceCounterNotANumberIsWrongType): ErrWrongType, left as it is.

@@ -307,6 +307,66 @@ func TestCallsAfterExtendWaitAsTheExtendedLeaseAllows(t *testing.T) {
 	})
 }
 
+// lostRenewals loses, while armed, the replies to the renewals and Extends
+// a node runs (pipelined): the node applies them, and the client does not
+// learn of it.
+type lostRenewals struct {
+	testutil.PassHook
+	armed atomic.Bool
+}
+
+var errReplyLost = errors.New("reply lost")
+
+func (h *lostRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if !h.armed.Load() {
+			return err
+		}
+		for _, cmd := range cmds {
+			cmd.SetErr(errReplyLost)
+		}
+		return errReplyLost
+	}
+}
+
+// An Extend to a longer lease whose outcome is unknown (every reply lost)
+// may have set that lease on the nodes: the calls after it wait for them as
+// that lease allows, as after an Extend that succeeded. Unlock must not
+// give up on nodes answering in 300ms and leave the lock there for 30s.
+func TestCallsAfterUnknownExtendWaitAsTheLongerLeaseAllows(t *testing.T) {
+	cl := startCluster(t, 3)
+	var slow []*slowScripts
+	var lost []*lostRenewals
+	for _, rdb := range cl.rdbs {
+		s, l := &slowScripts{delay: 300 * time.Millisecond}, &lostRenewals{}
+		rdb.AddHook(s)
+		rdb.AddHook(l)
+		slow, lost = append(slow, s), append(lost, l)
+	}
+	c := cl.locker(t) // the default timings, which follow the lease
+	ctx := context.Background()
+	// Per-node timeouts: 100ms (400ms/4) for the acquired lease, 1s for
+	// one of 30s.
+	l := mustLock(t, c, "extended", dlock.WithTTL(400*time.Millisecond))
+	for _, h := range lost {
+		h.armed.Store(true)
+	}
+	if err := l.Extend(ctx, 30*time.Second); err == nil {
+		t.Fatal("Extend(30s) with every reply lost = nil, want its unknown outcome")
+	}
+	for i := range lost {
+		lost[i].armed.Store(false)
+		slow[i].armed.Store(true)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after an unknown Extend(30s), nodes answering in 300ms: %v", err)
+	}
+	waitUntil(t, time.Second, "the lock gone from every node", func() bool {
+		return len(cl.holders(t, "extended", l.Token())) == 0
+	})
+}
+
 // repeatAcquire keeps, while armed, the arguments of the acquire script of
 // key sent to one node, for the test to send them again: a duplicate of the
 // request, as go-redis sends when the reply to the first was lost
