@@ -1216,17 +1216,11 @@ func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	held := make(chan struct{})
-	delayed := &delayedWrites{held: held, reached: make(chan struct{})}
+	delayed := testutil.NewDelayedWrites(held)
 	slow := redis.NewClient(&redis.Options{
 		Addr:        srv.Addr(),
 		ReadTimeout: 30 * time.Second,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &delayedConn{Conn: conn, d: delayed}, nil
-		},
+		Dialer:      delayed.Dial,
 	})
 	t.Cleanup(func() { slow.Close() })
 	// Checks again every 100 ms.
@@ -1248,8 +1242,8 @@ func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
 	defer cancel()
 	got := lockAsync(wctx, c, key, WithTTL(30*time.Second))
 	waitQueuedAndSubscribed(t, rdb, c, key)
-	delayed.match.Store(&k.scripts().acquire.sha)
-	testutil.Receive(t, delayed.reached, 5*time.Second, "a check to be delayed")
+	delayed.Match.Store(&k.scripts().acquire.sha)
+	testutil.Receive(t, delayed.Reached, 5*time.Second, "a check to be delayed")
 	cancel()
 	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
 	if !errors.Is(r.err, context.Canceled) {
@@ -1274,36 +1268,6 @@ func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
 	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
 		t.Errorf("%d queue entries left once the cancelled waiter left and its check arrived", n)
 	}
-}
-
-// delayedWrites holds back, until held is closed, the first write to
-// Redis that carries match once it is set: a request slow on its way.
-type delayedWrites struct {
-	match   atomic.Pointer[string]
-	once    sync.Once
-	reached chan struct{}
-	held    <-chan struct{}
-}
-
-// delayedConn is a connection whose writes delayedWrites may hold back.
-type delayedConn struct {
-	net.Conn
-	d *delayedWrites
-}
-
-func (c *delayedConn) Write(b []byte) (int, error) {
-	if m := c.d.match.Load(); m != nil && bytes.Contains(b, []byte(*m)) {
-		first := false
-		c.d.once.Do(func() { first = true })
-		if first {
-			close(c.d.reached)
-			<-c.d.held
-			// Past go-redis's WriteTimeout now: the bytes were slow on the
-			// network, not refused by the kernel.
-			_ = c.Conn.SetWriteDeadline(time.Time{})
-		}
-	}
-	return c.Conn.Write(b)
 }
 
 // A grant that cannot be handed out (its reply came after the lease could be

@@ -1,13 +1,11 @@
 package redlock_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -644,16 +642,10 @@ func TestReleaseGoesAfterItsSlowAcquire(t *testing.T) {
 			cl := startCluster(t, 3)
 			acquireSHA, releaseSHA := scriptSHA(t, "acquire"), scriptSHA(t, "release")
 			held := make(chan struct{})
-			delayed := &delayedWrites{held: held, reached: make(chan struct{})}
+			delayed := testutil.NewDelayedWrites(held)
 			slow := redis.NewClient(&redis.Options{
 				Addr: cl.srvs[2].Addr(), ReadTimeout: 30 * time.Second, MaxRetries: -1, DialerRetries: 1,
-				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-					if err != nil {
-						return nil, err
-					}
-					return &delayedConn{Conn: conn, d: delayed}, nil
-				},
+				Dialer: delayed.Dial,
 			})
 			t.Cleanup(func() { slow.Close() })
 			released := make(chan struct{}, 1)
@@ -673,7 +665,7 @@ func TestReleaseGoesAfterItsSlowAcquire(t *testing.T) {
 				}
 			}
 
-			delayed.match.Store(&acquireSHA)
+			delayed.Match.Store(&acquireSHA)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			errc := make(chan error, 1)
@@ -684,7 +676,7 @@ func TestReleaseGoesAfterItsSlowAcquire(t *testing.T) {
 				}
 				errc <- err
 			}()
-			testutil.Receive(t, delayed.reached, 5*time.Second, "node 2's acquire to be delayed")
+			testutil.Receive(t, delayed.Reached, 5*time.Second, "node 2's acquire to be delayed")
 			if tc.blocked {
 				cancel()
 			}
@@ -744,34 +736,4 @@ func (h *scriptDone) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
-}
-
-// delayedWrites holds back, until held is closed, the first write to a
-// node that carries match once it is set: a request slow on its way.
-type delayedWrites struct {
-	match   atomic.Pointer[string]
-	once    sync.Once
-	reached chan struct{}
-	held    <-chan struct{}
-}
-
-// delayedConn is a connection whose writes delayedWrites may hold back.
-type delayedConn struct {
-	net.Conn
-	d *delayedWrites
-}
-
-func (c *delayedConn) Write(b []byte) (int, error) {
-	if m := c.d.match.Load(); m != nil && bytes.Contains(b, []byte(*m)) {
-		first := false
-		c.d.once.Do(func() { first = true })
-		if first {
-			close(c.d.reached)
-			<-c.d.held
-			// Past go-redis's WriteTimeout, maybe: the bytes were slow on
-			// the network, not refused by the kernel.
-			_ = c.Conn.SetWriteDeadline(time.Time{})
-		}
-	}
-	return c.Conn.Write(b)
 }
