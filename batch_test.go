@@ -435,13 +435,15 @@ func (h *batchRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// parkedIn reports whether a goroutine waits in a select of fn itself
-// (not in a call it makes): "dlock.(*attempt).abandon(", say.
+// parkedIn reports whether a goroutine waits in a select or a channel
+// receive of fn itself (not in a call it makes): "dlock.(*attempt).leave(",
+// say.
 func parkedIn(fn string) bool {
 	buf := make([]byte, 1<<20)
 	for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
 		lines := strings.SplitN(string(g), "\n", 3)
-		if len(lines) > 1 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], fn) {
+		waiting := strings.Contains(lines[0], "[select") || strings.Contains(lines[0], "[chan receive")
+		if len(lines) > 1 && waiting && strings.Contains(lines[1], fn) {
 			return true
 		}
 	}

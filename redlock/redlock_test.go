@@ -370,9 +370,10 @@ func TestCloseEndsWaiting(t *testing.T) {
 func TestFixedLeaseIsLostBeforeTheNodesExpireIt(t *testing.T) {
 	cl := startCluster(t, 5)
 	c := cl.locker(t)
-	// The margin is the drift, 1% + 2 ms: 32 ms here, for the scheduler
-	// to wake the watchdog and us.
-	l := mustLock(t, c, "fixed", dlock.WithTTL(3*time.Second), dlock.WithoutRenewal())
+	// The margin is the drift, 1% + 2 ms: 62 ms here, for the scheduler
+	// to wake the watchdog and us (32 ms with a 3 s lease was too little
+	// on a loaded machine).
+	l := mustLock(t, c, "fixed", dlock.WithTTL(6*time.Second), dlock.WithoutRenewal())
 	// When each node expires the lock, at the earliest: its PTTL counted
 	// from before the question (less a millisecond of rounding). Asking
 	// now, rather than after Done, keeps the round trips out of the margin.
