@@ -22,23 +22,23 @@ import (
 // The returned lock is renewed by the Client's watchdog until Unlock (see
 // WithTTL, WithoutRenewal, WithMaxHold); WithRetry bounds the wait. Redis
 // out of reach (or answering that it cannot serve the lock for now, but for
-// a Cluster slot being migrated, which Lock waits out) is not waited for: a
-// first request that fails returns its error at once (or a degraded Lock,
-// WithDegradedMode). A waiter already queued keeps waiting, and its place,
-// through such failures while its queue entry lives (WithQueueTTL), then
-// returns the error. A waiter that gives up leaves the queue, and releases
-// what its last check may have taken, before it returns if Redis answers
-// within 1 s (as an Unlock whose ctx has ended waits for its release). If
-// it does not (it hangs; on Redis Cluster, the lock's slot is being
-// migrated), Lock returns then, about 1 s past ctx's end at most, and the
-// leaving goes on in the background; Close waits for it. go-redis cuts a
-// request short at ctx's deadline only with Options.ContextTimeoutEnabled,
-// and never at a cancellation: a check on its way when ctx is cancelled
-// (or, without that option, when its deadline passes) is waited for up to
-// the client's ReadTimeout. Once Lock waits, its checks (with
-// WithReplicaAck, their WAIT too, and the lease set again after a
-// hand-over) and its first subscription to the hand-overs are not waited
-// for past ctx's end.
+// a Cluster slot being migrated, TRYAGAIN, which Lock waits out) is not
+// waited for: a first request that fails returns its error at once (or a
+// degraded Lock, WithDegradedMode). A waiter already queued keeps waiting,
+// and its place, through such failures while its queue entry lives
+// (WithQueueTTL), then returns the error. A waiter that gives up leaves the
+// queue, and releases what its last check may have taken, before it
+// returns if Redis answers within 1 s (as an Unlock whose ctx has ended
+// waits for its release). If it does not (it hangs; on Redis Cluster, the
+// lock's slot is being migrated), Lock returns then, about 1 s past ctx's
+// end at most, and the leaving goes on in the background; Close waits for
+// it. go-redis cuts a request short at ctx's deadline only with
+// Options.ContextTimeoutEnabled, and never at a cancellation: a check on
+// its way when ctx is cancelled (or, without that option, when its
+// deadline passes) is waited for up to the client's ReadTimeout. Once Lock
+// waits, its checks (with WithReplicaAck, their WAIT too, and the lease
+// set again after a hand-over) and its first subscription to the
+// hand-overs are not waited for past ctx's end.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, nil, opts)
 }

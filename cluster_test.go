@@ -2356,3 +2356,59 @@ func TestClusterPlainClientAfterItsSlotMoved(t *testing.T) {
 		t.Errorf("Unlock returned MOVED after %v, want at once", d)
 	}
 }
+
+// A release answered ASK while its slot is being migrated (by a
+// ClusterClient whose redirections are spent: here, none are followed)
+// did not run, as one refused with TRYAGAIN. Once the lease it left
+// behind has run out, Unlock again finds the lock gone and reports it
+// lost, not nil as after a release that may have run.
+func TestClusterUnlockAgainAfterReleaseAnsweredASK(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	hc := movedClient(t, cl)
+	// The Unlock's ctx ends at its release's first ASK, not after the 5 s
+	// that a release refused so is sent again for.
+	asked := &cancelAtAsk{}
+	hc.AddHook(asked)
+	c := newClientOn(t, hc)
+	const key = "asked"
+	l := mustLock(t, c, key, WithTTL(time.Second))
+	k := c.keys(key)
+	src := masterOf(t, cc, c, key)
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, k.lock).Val()), src, otherMaster(cl, src), func() {
+		uctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		asked.cancel.Store(&cancel)
+		if err := l.Unlock(uctx); !isAskError(err) {
+			t.Fatalf("Unlock during the migration = %v, want the ASK error", err)
+		}
+	})
+	waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return cc.Exists(ctx, k.lock).Val() == 0 })
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock again after the lease ran out = %v, want ErrNotHeld and ErrLockLost", err)
+	}
+}
+
+// cancelAtAsk calls cancel, once it is set, when a command is answered
+// ASK, before the command returns.
+type cancelAtAsk struct {
+	testutil.PassHook
+	cancel atomic.Pointer[context.CancelFunc]
+}
+
+func (h *cancelAtAsk) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cancel := h.cancel.Load(); cancel != nil && isAskError(err) {
+			(*cancel)()
+		}
+		return err
+	}
+}
+
+// isAskError reports whether err is an ASK redirection.
+func isAskError(err error) bool {
+	_, ask := redis.IsAskError(err)
+	return ask
+}

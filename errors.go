@@ -70,14 +70,17 @@ func redisError(op, key string, err error) error {
 }
 
 // refusedUnrun reports whether err is only a Redis server's answer that it
-// cannot serve the command for now (backend.CannotServe): the command did
-// not run, or its script stopped at its first write, with nothing written.
-// Not an error with several causes (Redlock's, one per node): a node may
-// have run it.
+// cannot serve the command for now (backend.CannotServe), or that the
+// command's slot is served elsewhere (MOVED, ASK: from any client, which
+// follows no more redirections): the command did not run, or its script
+// stopped at its first write, with nothing written. Not an error with
+// several causes (Redlock's, one per node): a node may have run it.
 func refusedUnrun(err error) bool {
 	for ; err != nil; err = errors.Unwrap(err) {
 		if re, ok := err.(redis.Error); ok {
-			return backend.CannotServe(re)
+			_, moved := redis.IsMovedError(re)
+			_, ask := redis.IsAskError(re)
+			return backend.CannotServe(re) || moved || ask
 		}
 	}
 	return false

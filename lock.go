@@ -212,14 +212,14 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // or when its lease runs out. Its error is then the release's own, without
 // ErrLockLost, also for a lock already lost: whether Redis still held it is
 // not known, and its Context says it was lost. On Redis Cluster, a release
-// refused while the lock's slot is being migrated (TRYAGAIN; MOVED or ASK
-// once go-redis's redirections are spent) did not run: it is sent again
-// until the migration ends, for up to 5 s, as ctx allows. Calling Unlock
-// again after an error is safe: it never releases more than this Lock's own
-// hold. After a release that was not sent, or that Redis refused (TRYAGAIN
-// past that wait, READONLY: it did not run), Unlock again releases the lock
-// if its lease has not run out, and else returns an error wrapping
-// ErrNotHeld and ErrLockLost.
+// refused while the lock's slot is being migrated (TRYAGAIN; a
+// ClusterClient's MOVED or ASK once its redirections are spent) did not
+// run: it is sent again until the migration ends, for up to 5 s, as ctx
+// allows. Calling Unlock again after an error is safe: it never releases
+// more than this Lock's own hold. After a release that was not sent, or
+// that Redis refused (TRYAGAIN, MOVED or ASK past that wait, READONLY: it
+// did not run), Unlock again releases the lock if its lease has not run
+// out, and else returns an error wrapping ErrNotHeld and ErrLockLost.
 //
 // An inner Unlock waits for a re-entry or another inner Unlock of the same
 // lock under way; if ctx ends first, it returns ctx's error and gives
