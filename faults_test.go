@@ -1174,14 +1174,7 @@ func TestWaiterCancelledMidCheckIsNotRetriedPastItsLeaving(t *testing.T) {
 	isCheck := func(b []byte) bool { return bytes.Contains(b, []byte(acquireEval.sha)) }
 	armed.Store(true)
 	testutil.Receive(t, proxy.DropOn(isCheck), 5*time.Second, "the check to be cut")
-	cancel()
-	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
-	if !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("waiter cancelled mid-check = %v, %v, want Canceled", r.l, r.err)
-	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cancelMidCheck(t, cancel, got, h)
 	stop := make(chan struct{})
 	cutting := make(chan struct{})
 	go func() {
@@ -1244,14 +1237,7 @@ func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
 	waitQueuedAndSubscribed(t, rdb, c, key)
 	delayed.Match.Store(&k.scripts().acquire.sha)
 	testutil.Receive(t, delayed.Reached, 5*time.Second, "a check to be delayed")
-	cancel()
-	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
-	if !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("waiter cancelled mid-check = %v, %v, want Canceled", r.l, r.err)
-	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cancelMidCheck(t, cancel, got, h)
 	// The check arrives once the leaving has given up waiting for it, if
 	// it does: then the release has gone first.
 	select {
@@ -1267,6 +1253,21 @@ func TestWaiterLeavesAfterItsSlowCheck(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
 		t.Errorf("%d queue entries left once the cancelled waiter left and its check arrived", n)
+	}
+}
+
+// cancelMidCheck cancels a waiter whose check is on its way, checks that
+// its Lock (got) returns context.Canceled, and releases h, the lock it
+// waited for.
+func cancelMidCheck(t *testing.T, cancel context.CancelFunc, got <-chan lockResult, h *Lock) {
+	t.Helper()
+	cancel()
+	r := testutil.Receive(t, got, 5*time.Second, "the cancelled waiter to return")
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter cancelled mid-check = %v, %v, want Canceled", r.l, r.err)
+	}
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
