@@ -78,9 +78,7 @@ func redisError(op, key string, err error) error {
 func refusedUnrun(err error) bool {
 	for ; err != nil; err = errors.Unwrap(err) {
 		if re, ok := err.(redis.Error); ok {
-			_, moved := redis.IsMovedError(re)
-			_, ask := redis.IsAskError(re)
-			return backend.CannotServe(re) || moved || ask
+			return backend.CannotServe(re) || redirected(re)
 		}
 	}
 	return false

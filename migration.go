@@ -53,9 +53,13 @@ func slotMoving(rdb redis.UniversalClient, err error) bool {
 	if redis.IsTryAgainError(err) {
 		return true
 	}
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
-		return false
-	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return cluster && redirected(err)
+}
+
+// redirected reports whether err is a MOVED or ASK reply: the command did
+// not run on the node that answered.
+func redirected(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
 	return moved || ask
