@@ -116,8 +116,9 @@ func isToken(s string) bool { return s != "" && !strings.HasPrefix(s, ":") }
 // ForceRelease removes a lock whoever holds it (or only its expected owner,
 // WithExpectedOwner), for an operator clearing a stuck lock; the next
 // waiter gets it. The holder is not told until its next renewal. It
-// returns an error wrapping ErrNotHeld if nothing was removed, and
-// errors.ErrUnsupported on a Client made by redlock.New. Under
+// returns an error wrapping ErrNotHeld if nothing was removed,
+// ErrWrongType if other data than a lock's is at key's name (left as it
+// is), and errors.ErrUnsupported on a Client made by redlock.New. Under
 // WithReplicaAck it waits for the replicas as a release does.
 func (c *Client) ForceRelease(ctx context.Context, key string, opts ...ForceReleaseOption) error {
 	var cfg forceReleaseConfig

@@ -115,7 +115,8 @@ func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Extend resets the lease to ttl from now and makes ttl the lease the
 // watchdog keeps renewing. It fails with an error wrapping ErrLockLost if
-// the lock was lost, or ErrReleased if it was unlocked. While it is under
+// the lock was lost, ErrReleased if it was unlocked, or ErrDegraded if the
+// lock is degraded (WithDegradedMode). While it is under
 // way, Redis may have set the new lease already: the lock is trusted no
 // longer than the shorter of the two. If it fails otherwise, Redis may or
 // may not have the new lease: until a renewal succeeds, the lock is

@@ -14,7 +14,8 @@ import (
 // run. A slot's keys usually move within milliseconds; go-redis gives up
 // after a few tries within about as long.
 
-// migrationWait bounds how long a release refused with TRYAGAIN is sent
+// migrationWait bounds how long a release refused because its slot is
+// moving (slotMoving: TRYAGAIN, or a ClusterClient's MOVED or ASK) is sent
 // again. A slot left half moved (a reshard that stopped) waits for an
 // operator: the release then fails as before, and the lock is given up.
 const migrationWait = 5 * time.Second
@@ -66,9 +67,9 @@ func redirected(err error) bool {
 }
 
 // nextMigrationBackoff returns the delay before sending again a call
-// refused with TRYAGAIN, after one of d (0: the first): from 10 ms,
-// doubling up to 200 ms, for a slot's keys usually move within
-// milliseconds.
+// refused because its slot is moving, after one of d (0: the first):
+// from 10 ms, doubling up to 200 ms, for a slot's keys usually move
+// within milliseconds.
 func nextMigrationBackoff(d time.Duration) time.Duration {
 	return min(max(2*d, 10*time.Millisecond), 200*time.Millisecond)
 }

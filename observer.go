@@ -167,7 +167,7 @@ type ReleaseOutcome uint8
 const (
 	ReleaseOK      ReleaseOutcome = iota // the hold was given back
 	ReleaseNotHeld                       // the lock was not held any more (lost, expired or force-released)
-	ReleaseError                         // no answer from Redis: the Unlock may be retried
+	ReleaseError                         // the release failed (no answer, a refusal such as READONLY, ctx ended): Unlock may be retried
 )
 
 var releaseOutcomes = [...]string{"released", "not_held", "error"}

@@ -379,7 +379,7 @@ func (n *node) runAcked(ctx context.Context, calls []*call) { n.runOnMasters(ctx
 
 // runOnMasters is runAcked, with the WAIT only if wait. On a ClusterClient
 // the calls go to the masters' own clients (MasterForKey), never through
-// the ClusterClient's command routing: see attempt.abandon.
+// the ClusterClient's command routing: see attempt.leave.
 func (n *node) runOnMasters(ctx context.Context, calls []*call, wait bool) {
 	cc, cluster := n.rdb.(*redis.ClusterClient)
 	todo := calls

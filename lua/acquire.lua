@@ -8,7 +8,8 @@
 -- Returns {1, fence} when taken now, {2, fence, pttl} when it had been
 -- handed over to this token, {0, pttl, holder's fence} when held by someone else
 -- (a hand-over message to this token with a fence up to that one is
--- stale).
+-- stale); without that fence when it does not join the queue (ARGV[4]
+-- not '1').
 local token = ARGV[1]
 
 -- pttl is the lock's, if the script has just set it (a hand-over).

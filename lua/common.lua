@@ -1,7 +1,8 @@
 -- Shared by the scripts that can take or hand over a lock or a semaphore's
--- permits (semaphore.lua describes its KEYS[1]). Every script that
--- includes this file is called with the same five keys, which share one
--- Redis Cluster hash tag:
+-- permits (semaphore.lua describes its KEYS[1]). Those, and inspect.lua and
+-- seminspect.lua, are called with the five keys below, which share one
+-- Redis Cluster hash tag; semextend.lua, semttl.lua and semavailable.lua,
+-- which touch KEYS[1] only, with that one alone.
 --   KEYS[1] lock hash: owner token -> hold count, plus ':fence', ':meta', ':at'
 --           (and ':ext', see extend.lua)
 --   KEYS[2] fence counter: the last fencing token issued for the lock,

@@ -76,8 +76,8 @@ type Retry interface {
 	Backoff(attempt int) (time.Duration, bool)
 }
 
-// Grant is a lock taken: its lease was granted at some instant after Start,
-// for Lease, so it can be trusted until Start + Lease - drift.
+// Grant is a lock taken: its lease of TTL was granted at some instant after
+// Start, so it can be trusted until Start + TTL - drift.
 type Grant struct {
 	Lease *Lease
 	Fence uint64
