@@ -28,7 +28,7 @@ import (
 // keyless WAIT to any master, so the script and its WAIT are pipelined on
 // the connection pool of the master of the lock's slot
 // (ClusterClient.MasterForKey) instead; a write refused with a cluster
-// redirection (MOVED, ASK, TRYAGAIN: it did not run) is sent again: at
+// redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: it did not run) is sent again: at
 // once to the master that MOVED or ASK names (after ASKING for ASK: during
 // a slot migration the keys that moved are on the importing master, which
 // serves them only so), else after the client reloaded its slot map.
@@ -512,16 +512,7 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.
 
 // isRedirect reports a cluster error meaning the command did not run here.
 func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	s := err.Error()
-	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
+	return redirected(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
 }
 
 // check applies the policy to one acknowledged write of a held lease, w
