@@ -57,6 +57,7 @@ that name is shown as a free lock.`,
 				return err
 			}
 			defer c.Close()
+			a.warnEviction(ctx, c)
 			// With an error, Inspect's info is what it read despite other
 			// code's data at one of the names: shown, then the error.
 			if p := kind.permits(c.locks, args[0]); p != nil {

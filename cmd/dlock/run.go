@@ -260,6 +260,7 @@ func (a *app) run(f runFlags, key string, argv []string) error {
 		return err
 	}
 	defer c.Close()
+	a.warnEviction(ctx, c)
 	if f.meta == "" {
 		f.meta = commandMeta(argv[0])
 	}
