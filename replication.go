@@ -259,7 +259,9 @@ type masterConn interface {
 
 // useAOF reports whether to send WAITAOF rather than WAIT: the server has
 // it (Redis 7.2+) and the master runs with appendonly. It asks once; an
-// error means WAIT, and asking again next time.
+// error means WAIT, and asking again next time, but for one that will not
+// pass (an ACL refusing COMMAND or INFO: NOPERM), which settles it as WAIT:
+// else every acknowledged write would ask again, a round trip more each.
 func (a *acker) useAOF(ctx context.Context, conn masterConn) bool {
 	a.mu.Lock()
 	known := a.aof
@@ -267,22 +269,28 @@ func (a *acker) useAOF(ctx context.Context, conn masterConn) bool {
 	if known != nil {
 		return *known
 	}
-	info, err := conn.Do(ctx, "COMMAND", "INFO", "WAITAOF").Slice()
-	if err != nil {
+	yes, err := hasAOF(ctx, conn)
+	if err != nil && !backend.Permanent(err) {
 		return false
-	}
-	yes := false
-	if len(info) == 1 && info[0] != nil {
-		persistence, err := conn.Do(ctx, "INFO", "persistence").Text()
-		if err != nil {
-			return false
-		}
-		yes = strings.Contains(persistence, "aof_enabled:1")
 	}
 	a.mu.Lock()
 	a.aof = &yes
 	a.mu.Unlock()
 	return yes
+}
+
+// hasAOF asks conn's server whether it has WAITAOF and runs with
+// appendonly.
+func hasAOF(ctx context.Context, conn masterConn) (bool, error) {
+	info, err := conn.Do(ctx, "COMMAND", "INFO", "WAITAOF").Slice()
+	if err != nil || len(info) != 1 || info[0] == nil {
+		return false, err
+	}
+	persistence, err := conn.Do(ctx, "INFO", "persistence").Text()
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(persistence, "aof_enabled:1"), nil
 }
 
 // appendWait adds WAIT (or WAITAOF) to pipe and returns how to read it once

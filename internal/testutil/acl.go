@@ -1,0 +1,24 @@
+package testutil
+
+// The ACL rules of README's "Redis ACL", for the default prefix "dlock:".
+// The scripts' own commands are checked too, each one on its keys.
+const (
+	// ACLRule: locks, semaphores and RWMutexes, waiting and hand-over,
+	// renewal, Extend, TTL, Unlock. PUBLISH: a hand-over message that no
+	// one heard by SPUBLISH (its waiter not subscribed yet) is sent so too.
+	ACLRule = "resetkeys ~dlock:* resetchannels &dlock:* -@all " +
+		"+evalsha +eval +time +get +set +del +hget +hset +hdel +hexists +hgetall +hmget +hvals " +
+		"+zadd +zrange +zrem +zpopmin +pexpire +pttl +spublish +publish +ssubscribe +sunsubscribe +ping"
+	// ACLReplicaAckRule: WithReplicaAck.
+	ACLReplicaAckRule = "+wait +command|info"
+	// ACLTxnRule: Txn, besides the commands fn queues and their keys.
+	ACLTxnRule = "+watch +multi +exec"
+	// ACLAdminRule: Inspect, List, ForceRelease and the permits' own.
+	ACLAdminRule = "+exists +type +scan"
+	// ACLClusterRule: a ClusterClient reads the slot map and the command
+	// table, and follows ASK redirections with ASKING.
+	ACLClusterRule = "+cluster|slots +command +asking"
+	// ACLCommandLineRule: dlock run and inspect read INFO memory, to warn
+	// of a server that may evict locks.
+	ACLCommandLineRule = "+info"
+)
