@@ -197,8 +197,7 @@ func (h *shrinkAfterFirstScan) ProcessHook(next redis.ProcessHook) redis.Process
 			// (65536 buckets alone take 512 KiB).
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 				stats, _ := h.admin.Do(ctx, "MEMORY", "STATS").Result()
-				m, _ := stats.(map[any]any)
-				db, _ := m["db.0"].(map[any]any)
+				db := testutil.ReplyMap(testutil.ReplyMap(stats)["db.0"])
 				if size, ok := db["overhead.hashtable.main"].(int64); ok && size < 256<<10 {
 					break
 				}

@@ -1006,16 +1006,7 @@ func TestRefusedChannelDelaysNoOtherWakeUp(t *testing.T) {
 	// Node 0 allows other's channel alone.
 	waitUntil(t, 5*time.Second, "other's waiter to subscribe on node 0", waiterSubscribed(ctx, cl.rdbs[0], 1))
 	wait("job")
-	refusals = func() int64 {
-		entries, _ := cl.rdbs[0].Do(ctx, "ACL", "LOG").Val().([]any)
-		for _, e := range entries {
-			if m, ok := e.(map[any]any); ok && m["object"] == job {
-				n, _ := m["count"].(int64)
-				return n
-			}
-		}
-		return 0
-	}
+	refusals = func() int64 { return testutil.ACLRefusals(ctx, cl.rdbs[0], job) }
 	// The retries back off 50, 100, 200, 400 and 800 ms after the first
 	// five refusals, then 1 s. Release just after the sixth or a later
 	// one: job's retry is then a second away.

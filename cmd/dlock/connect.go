@@ -225,6 +225,7 @@ func (f *connFlags) redisClient() (redis.UniversalClient, string, error) {
 		WriteTimeout:          o.WriteTimeout,
 		PoolSize:              o.PoolSize,
 		MaxRetries:            o.MaxRetries,
+		Protocol:              o.Protocol,
 		ContextTimeoutEnabled: bounded,
 	}
 	var rdb redis.UniversalClient

@@ -117,13 +117,36 @@ func (h RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // ACLRefused reports whether the server's ACL LOG records a refusal of
 // object (the name of a key or a pub/sub channel).
 func ACLRefused(ctx context.Context, rdb redis.UniversalClient, object string) bool {
+	return ACLRefusals(ctx, rdb, object) > 0
+}
+
+// ACLRefusals is how many refusals of object the server's ACL LOG counts.
+func ACLRefusals(ctx context.Context, rdb redis.UniversalClient, object string) int64 {
 	entries, _ := rdb.Do(ctx, "ACL", "LOG").Val().([]any)
 	for _, e := range entries {
-		if m, ok := e.(map[any]any); ok && m["object"] == object {
-			return true
+		if m := ReplyMap(e); m["object"] == object {
+			n, _ := m["count"].(int64)
+			return n
 		}
 	}
-	return false
+	return 0
+}
+
+// ReplyMap is a map reply as go-redis reads it over RESP3, or the flat
+// field, value, ... array it reads over RESP2 as that map; nil for any
+// other value.
+func ReplyMap(v any) map[any]any {
+	switch v := v.(type) {
+	case map[any]any:
+		return v
+	case []any:
+		m := make(map[any]any, len(v)/2)
+		for i := 0; i+1 < len(v); i += 2 {
+			m[v[i]] = v[i+1]
+		}
+		return m
+	}
+	return nil
 }
 
 // Receive returns what ch delivers within d, or fails t, saying what was

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The URL's protocol (protocol=2 for a proxy that speaks RESP2 only)
+// reaches the clients of every deployment, not only a single server's.
+func TestURLProtocolReachesEveryDeployment(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		f    connFlags
+	}{
+		{"server", connFlags{url: "redis://localhost:6379?protocol=2"}},
+		{"cluster", connFlags{url: "redis://?protocol=2", cluster: []string{"localhost:7000"}}},
+		{"sentinel", connFlags{url: "redis://?protocol=2", sentinelMaster: "m", sentinels: []string{"localhost:26379"}}},
+	} {
+		rdb, _, err := tc.f.redisClient()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got int
+		switch c := rdb.(type) {
+		case *redis.Client:
+			got = c.Options().Protocol
+		case *redis.ClusterClient:
+			got = c.Options().Protocol
+		}
+		rdb.Close()
+		if got != 2 {
+			t.Errorf("%s: protocol %d, want 2", tc.name, got)
+		}
+	}
+}
