@@ -109,7 +109,7 @@ func (c *Client) degrade(ctx, actx context.Context, x *holdExtra, req *backend.R
 		c.acquireEnd(actx, x, req, nil, err)
 		return nil, err
 	}
-	c.log.Warn("dlock: Redis unreachable: lock held in this process only (degraded mode, other processes are not excluded)",
+	c.log.Warn("dlock: lock granted in degraded mode: held in this process only, other processes not excluded",
 		"key", req.Key, "kind", h.kind, "error", cause)
 	return c.handOut(ctx, actx, x, req, h), nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,6 +442,11 @@ func TestLogLevels(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
+	// A loss says why under "error", as every other record does.
+	lost := regexp.MustCompile(`level=WARN msg="dlock: lock lost" key=logged kind=lock fence=[0-9]+ error="dlock: lock lost: `)
+	if !lost.MatchString(out) {
+		t.Errorf("log lacks the loss with its fence and error (%s):\n%s", lost, out)
+	}
 
 	// At the default Info level, a lock's normal life logs nothing.
 	buf.Reset()
@@ -547,6 +553,7 @@ type logRecord struct {
 	Key   string `json:"key"`
 	Kind  string `json:"kind"`
 	Locks int    `json:"locks"`
+	Token string `json:"token"`
 	Error string `json:"error"`
 }
 

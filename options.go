@@ -64,9 +64,10 @@ func WithPrefix(prefix string) Option {
 // goes on; one the handler raises while logging it is dropped. A panic of
 // the handler at a lost lock's warning is logged so too, not raised, on
 // any goroutine (Close's, Unlock's): the Observer still hears of the loss.
-// The renewals of one round that got no answer are one record per error,
-// with the number of locks and the first one's key: an outage does not
-// log a warning per lock held.
+// The renewals of one round that got no answer are one record per error
+// (the lock a Redlock error names aside), with the number of locks and the
+// first one's key: an outage does not log a warning per lock held. The
+// README lists the records, their levels and attributes.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *clientConfig) { c.logger = l }
 }

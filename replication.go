@@ -576,13 +576,21 @@ func (a *acker) reported(got ack, w *ReplicaReport) bool {
 // logShort logs the shortfalls ws of one round of writes: one record per
 // op and outcome (replicas acknowledged, error), with the number of locks
 // and the first one's key, not one per lock, so that a replica gone while
-// many locks are renewed does not log a warning per lock every round.
+// many locks are renewed does not log a warning per lock every round. A
+// renewal refused so (FailClosed) is a failed renewal, which the watchdog
+// logs as one (a warning for a lock's first, Debug for its retries): its
+// record here is at Debug, or each retry would warn again.
 func (a *acker) logShort(ws []ReplicaReport) {
 	same := func(w ReplicaReport) string { return fmt.Sprint(w.Op, "\x00", w.Acked, "\x00", w.Err) }
 	for _, g := range tally(ws, same) {
 		w := g.first
-		a.log.Warn("dlock: lock write not acknowledged by enough replicas",
-			"op", w.Op, "key", w.Key, "kind", w.Kind, "locks", g.n, "acked", w.Acked, "wanted", w.Wanted, "policy", w.Policy.String(), "error", w.Err)
+		level := slog.LevelWarn
+		if w.Op == "renew" && w.Policy == FailClosed {
+			level = slog.LevelDebug
+		}
+		attrs := []slog.Attr{slog.String("op", w.Op), slog.String("key", w.Key), slog.String("kind", w.Kind), slog.String("token", w.Token),
+			slog.Int("locks", g.n), slog.Int("acked", w.Acked), slog.Int("wanted", w.Wanted), slog.String("policy", w.Policy.String())}
+		a.log.LogAttrs(context.Background(), level, "dlock: lock write not acknowledged by enough replicas", withError(attrs, w.Err)...)
 	}
 }
 

@@ -194,13 +194,40 @@ func TestReplicaAckShortRenewalRoundIsLoggedOnce(t *testing.T) {
 		if r.Msg == "dlock: lock write not acknowledged by enough replicas" && r.Op == "renew" {
 			records++
 			locks += r.Locks
-			if r.Locks < 1 || !strings.HasPrefix(r.Key, "unacked:") {
-				t.Errorf("record of a round = %+v, want the number of locks and the first's key", r)
+			if r.Locks < 1 || !strings.HasPrefix(r.Key, "unacked:") || r.Token == "" {
+				t.Errorf("record of a round = %+v, want the number of locks and the first's key and token", r)
 			}
 		}
 	}
 	if records == 0 || records >= held || locks < held {
 		t.Errorf("%d records of unacknowledged renewals (%d locks) for %d locks held; want one per round", records, locks, held)
+	}
+}
+
+// Under FailClosed a renewal the replica did not acknowledge is a failed
+// renewal, retried every tenth of the lease until the lock is lost: the
+// watchdog warns of the lock's first failure and of its loss, and the
+// shortfall's own record of each retry is at Debug, not one more warning
+// per retry.
+func TestReplicaAckFailClosedRenewalRetriesDoNotWarn(t *testing.T) {
+	master, replica := redistest.StartReplicated(t)
+	logs := &levelCount{}
+	c := newClientOn(t, master.Client(t), WithLogger(slog.New(logs)), WithReplicaAck(1, 50*time.Millisecond, FailClosed))
+	l := mustLock(t, c, "unacked", WithTTL(time.Second))
+	replica.Stop(t)
+	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	waitUntil(t, 5*time.Second, "the loss logged", func() bool {
+		return logs.count(slog.LevelWarn, "dlock: lock lost") == 1
+	})
+	const short = "dlock: lock write not acknowledged by enough replicas"
+	if n := logs.count(slog.LevelWarn, "dlock: renewal failed"); n != 1 {
+		t.Errorf("%d warnings of a failed renewal; want 1, the first", n)
+	}
+	if n := logs.count(slog.LevelWarn, short); n != 0 {
+		t.Errorf("%d warnings of unacknowledged renewals; want none, the failed renewal's warning says it", n)
+	}
+	if n := logs.count(slog.LevelDebug, short); n < 1 {
+		t.Errorf("%d debug records of unacknowledged renewals; want the retries'", n)
 	}
 }
 

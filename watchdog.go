@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -503,7 +505,7 @@ func (w *watchdog) endAll(lost map[*hold]error) {
 func (w *watchdog) end(h *hold, cause error) {
 	h.cancel(cause)
 	w.c.noPanic("logger", func() {
-		w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "kind", h.kind, "fence", h.fence, "cause", cause)
+		w.c.log.Warn("dlock: lock lost", "key", h.lease.Key, "kind", h.kind, "fence", h.fence, "error", cause)
 	})
 }
 
@@ -755,7 +757,7 @@ func (w *watchdog) renew(due []*hold) {
 	if p := backend.Run(func() { outcomes = w.c.be.Renew(ctx, rs) }); p != nil {
 		// A go-redis hook's, with no caller to go to: the renewals count
 		// as unanswered (Unknown), retried until the deadlines pass.
-		p.Log(w.c.log, "dlock: renewal panicked")
+		p.Log(w.c.log, "dlock: panic in a renewal")
 		outcomes = make([]backend.Renewed, len(rs))
 		for i := range outcomes {
 			outcomes[i].Err = errRenewPanicked
@@ -850,9 +852,13 @@ type renewFailure struct {
 // A lock's first failure is a warning; its retries, every tenth of a lease
 // until it is answered or lost, are at Debug: an outage would otherwise
 // warn some seven times per lock before its loss, which is logged on its
-// own with the last error.
+// own with the last error. Renewals fail alike whatever lock their error
+// names (a Redlock error names its lock): they are grouped without it.
 func (w *watchdog) logFailed(failed []renewFailure) {
-	for _, g := range tally(failed, func(f renewFailure) string { return fmt.Sprint(f.first, f.err) }) {
+	same := func(f renewFailure) string {
+		return fmt.Sprint(f.first, "\x00", strings.ReplaceAll(fmt.Sprint(f.err), strconv.Quote(f.h.lease.Key), ""))
+	}
+	for _, g := range tally(failed, same) {
 		level := slog.LevelDebug
 		if g.first.first {
 			level = slog.LevelWarn

@@ -534,7 +534,7 @@ func (b *redlock) releaseAttempt(ctx context.Context, k keys, token string, node
 		// One not answered yet may still be applied.
 		if r.answered && r.err != nil {
 			b.log.Debug("redlock: release after a failed attempt failed; the hold expires with its lease",
-				"key", k.lock, "kind", "lock", "node", b.nodes[i].addr, "error", r.err)
+				"key", k.name, "kind", "lock", "node", b.nodes[i].addr, "error", r.err)
 		}
 	}
 }

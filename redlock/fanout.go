@@ -127,7 +127,7 @@ func fanout[T any](b *redlock, ctx context.Context, nodes []int, wait, life time
 // release of the holds the other nodes granted, leaving the lock taken
 // by nobody for its lease.
 func (b *redlock) panicked(i int, p *backend.Panic) error {
-	p.Log(b.log, "redlock: a node's request panicked", "node", b.nodes[i].addr)
+	p.Log(b.log, "redlock: panic in a node's request", "node", b.nodes[i].addr)
 	return fmt.Errorf("redlock: the request panicked: %v", p.Value)
 }
 

@@ -320,6 +320,7 @@ func (b *redlock) opTimeout(lease time.Duration) time.Duration {
 // user's key is the Redis Cluster hash tag of all of them (escaped by
 // backend.Tag if it starts with '}').
 type keys struct {
+	name    string // the lock's name, as the caller gave it: for the log
 	lock    string // hash: owner token -> hold count, ':fence', ':meta', ':at', ':ext'
 	fence   string // string: the highest fencing token stored on the node
 	channel string // pub/sub: a message when the lock is released
@@ -327,7 +328,7 @@ type keys struct {
 
 func (b *redlock) keys(key string) keys {
 	base := b.prefix + "{" + backend.Tag(key) + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":wake"}
+	return keys{name: key, lock: base, fence: base + ":fence", channel: base + ":wake"}
 }
 
 // lockData is what a Lease carries for this backend.
