@@ -10,11 +10,13 @@ import (
 // Sharded subscriptions on Redis Cluster follow their slot.
 //
 // A sharded subscription (SSUBSCRIBE) lives on the master that owns the
-// channel's slot. When the slot moves to another master (resharding, a
-// failover), Redis 7 ends it with a "sunsubscribe" message and go-redis
-// does not subscribe again; a subscription sent with a stale slot map is
-// refused with MOVED. In both cases rebind opens a new connection, chosen
-// from a reloaded slot map, and subscribes there. Meanwhile the waiters
+// channel's slot, or on one of its replicas for a client that routes reads
+// to replicas (the master passes its messages on). When the slot moves to
+// another master (resharding, a failover), Redis 7 ends it with a
+// "sunsubscribe" message and go-redis does not subscribe again; a
+// subscription sent with a stale slot map is refused with MOVED. In both
+// cases rebind opens a new connection, chosen from a reloaded slot map,
+// and subscribes there. Meanwhile the waiters
 // were nudged to check the lock again, and they are nudged once more when
 // the new subscription is confirmed (markReady), so no hand-over is missed.
 //
@@ -42,7 +44,7 @@ func (w *wakeups) droppedByServer(sh *shard, channel string) bool {
 }
 
 // rebind subscribes a cluster shard's channels again on a new connection to
-// the master that owns their slot now.
+// the master that owns their slot now (or one of its replicas).
 func (w *wakeups) rebind(sh *shard) {
 	cc, ok := w.rdb.(*redis.ClusterClient)
 	if !ok {
