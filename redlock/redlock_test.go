@@ -338,6 +338,11 @@ func TestWaitEndsWithContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrNotObtained) {
 		t.Errorf("Lock until the deadline = %v, want context.DeadlineExceeded", err)
 	}
+	// At the deadline, not when the holder's lease (30 s) would run out,
+	// which the waiter sleeps until.
+	if late := time.Since(deadlineOf(ctx)); late > time.Second {
+		t.Errorf("Lock returned %v after its context's deadline", late)
+	}
 }
 
 func TestCloseEndsWaiting(t *testing.T) {
