@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,15 +18,7 @@ import (
 // logged in as it.
 func aclUser(t *testing.T, srv *redistest.Server, name string, rules ...string) *redis.Client {
 	t.Helper()
-	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pw"}
-	for _, r := range rules {
-		for _, f := range strings.Fields(r) {
-			args = append(args, f)
-		}
-	}
-	if err := srv.Client(t).Do(context.Background(), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.SetACLUser(t, srv.Client(t), name, rules...)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: name, Password: "pw"})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
@@ -314,12 +307,38 @@ func TestReplicaAckAsksOnceWhenCommandInfoIsRefused(t *testing.T) {
 	if aof := c.be.(*node).ack.aof; aof == nil || *aof {
 		t.Errorf("WAITAOF detection = %v, want false, settled", aof)
 	}
-	log, err := admin.Do(ctx, "ACL", "LOG").Slice()
-	if err != nil || len(log) != 1 {
-		t.Fatalf("ACL LOG = %v, %v; want the one refusal of COMMAND INFO", log, err)
+	if n := testutil.ACLRefusals(ctx, admin, "command|info"); n != 1 {
+		t.Errorf("ACL LOG counts %d refusals of COMMAND INFO, want 1", n)
 	}
-	entry, _ := log[0].(map[any]any)
-	if entry["object"] != "command|info" || entry["count"] != int64(1) {
-		t.Errorf("ACL LOG = %v; want COMMAND INFO refused once", entry)
+}
+
+// A login refused (WRONGPASS: credentials rotated, a token not yet
+// renewed) is no answer about WAITAOF: asked again at the next write, not
+// settled as WAIT for the Client's life, which on a server with
+// appendonly would drop WAITAOF's guarantee for good.
+func TestReplicaAckAsksAgainAfterALoginRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	aclUser(t, srv, "locker", testutil.ACLRule, testutil.ACLReplicaAckRule)
+	var password atomic.Value
+	password.Store("expired")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), CredentialsProvider: func() (string, string) {
+		return "locker", password.Load().(string)
+	}})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); !redis.IsAuthError(err) {
+		t.Fatalf("PING with the expired password = %v, want the login refused", err)
+	}
+	a := &acker{}
+	if a.useAOF(ctx, rdb) {
+		t.Error("WAITAOF chosen after a login refused")
+	}
+	if a.aof != nil {
+		t.Fatalf("WAITAOF detection settled as %v by a login refused, want asked again", *a.aof)
+	}
+	password.Store("pw")
+	a.useAOF(ctx, rdb)
+	if a.aof == nil {
+		t.Error("WAITAOF detection not settled once the server answered")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,23 +41,11 @@ func TestProtocols(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := tc.dial()
 			t.Cleanup(func() { rdb.Close() })
-			checkResp(t, rdb, tc.resp)
+			testutil.CheckResp(t, rdb, tc.resp)
 			t.Run("Lock", func(t *testing.T) { protocolLock(t, rdb) })
 			t.Run("Semaphore", func(t *testing.T) { protocolSemaphore(t, rdb) })
 			t.Run("RWMutex", func(t *testing.T) { protocolRWMutex(t, rdb) })
 		})
-	}
-}
-
-// checkResp fails t unless rdb's connections speak RESP resp.
-func checkResp(t *testing.T, rdb redis.UniversalClient, resp string) {
-	t.Helper()
-	info, err := rdb.Do(context.Background(), "CLIENT", "INFO").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(strings.Fields(info), "resp="+resp) {
-		t.Fatalf("CLIENT INFO %q: want resp=%s", info, resp)
 	}
 }
 

@@ -262,6 +262,8 @@ type masterConn interface {
 // error means WAIT, and asking again next time, but for one that will not
 // pass (an ACL refusing COMMAND or INFO: NOPERM), which settles it as WAIT:
 // else every acknowledged write would ask again, a round trip more each.
+// Not a login refused (NOAUTH, WRONGPASS: credentials being rotated), which
+// says nothing of the server, or WAITAOF would be dropped for good.
 func (a *acker) useAOF(ctx context.Context, conn masterConn) bool {
 	a.mu.Lock()
 	known := a.aof
@@ -270,7 +272,7 @@ func (a *acker) useAOF(ctx context.Context, conn masterConn) bool {
 		return *known
 	}
 	yes, err := hasAOF(ctx, conn)
-	if err != nil && !backend.Permanent(err) {
+	if err != nil && (!backend.Permanent(err) || redis.IsAuthError(err)) {
 		return false
 	}
 	a.mu.Lock()

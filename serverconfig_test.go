@@ -96,13 +96,7 @@ func TestScriptsRefusedFailAtOnce(t *testing.T) {
 			return redistest.Start(t, redistest.WithConfig("rename-command", "EVAL", "")).Client(t)
 		}, "ERR unknown command 'eval'"},
 		{"no @scripting", func(t *testing.T) *redis.Client {
-			srv := redistest.Start(t)
-			if err := srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err(); err != nil {
-				t.Fatal(err)
-			}
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw"})
-			t.Cleanup(func() { rdb.Close() })
-			return rdb
+			return aclUser(t, redistest.Start(t), "locker", "~* &* +@all -@scripting")
 		}, "NOPERM"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,4 +252,47 @@ func TestClientPauseWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = receiveLock(t, got, 5*time.Second, "the queued waiter to be handed the lock").Unlock(ctx)
+}
+
+// Under noeviction a server at its maxmemory refuses new grants and
+// Extend (OOM), and still renews a held lock and releases it to a queued
+// waiter: the scripts that do begin by extending or deleting, and Redis
+// refuses a script only at a first write that may grow memory.
+func TestNoevictionAtMaxmemory(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	renewed := make(chan struct{}, 1)
+	c := newClientOn(t, rdb, WithObserver(renewSignal{key: "full", ch: renewed}))
+	c2 := newClientOn(t, rdb)
+	l := mustLock(t, c, "full", WithTTL(900*time.Millisecond))
+	got := lockAsync(ctx, c2, "full")
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, c, "full") == 1 })
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "other"); err == nil || !strings.Contains(err.Error(), "OOM ") {
+		t.Errorf("TryLock at maxmemory = %v, want OOM", err)
+	}
+	if err := l.Extend(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "OOM ") {
+		t.Errorf("Extend at maxmemory = %v, want OOM", err)
+	}
+	for range 2 { // one may have been under way before maxmemory was set
+		select {
+		case <-renewed:
+		case <-l.Done():
+			t.Fatalf("lock lost at maxmemory: %v", context.Cause(l.Context()))
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewal within 5s")
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock at maxmemory: %v", err)
+	}
+	w := receiveLock(t, got, 5*time.Second, "the waiter to be handed the lock at maxmemory")
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,8 +3,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,10 +38,7 @@ func TestProtocols(t *testing.T) {
 				o.Protocol = tc.protocol
 				rdb := redis.NewClient(o)
 				t.Cleanup(func() { rdb.Close() })
-				info, err := rdb.Do(context.Background(), "CLIENT", "INFO").Text()
-				if err != nil || !slices.Contains(strings.Fields(info), "resp="+tc.resp) {
-					t.Fatalf("CLIENT INFO %q, %v: want resp=%s", info, err, tc.resp)
-				}
+				testutil.CheckResp(t, rdb, tc.resp)
 				nodes = append(nodes, rdb)
 			}
 			protocolLock(t, tc.cl, nodes)

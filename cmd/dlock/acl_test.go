@@ -18,13 +18,7 @@ func TestACLRules(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := context.Background()
 	url := func(user string, rules ...string) string {
-		args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
-		for _, f := range strings.Fields(strings.Join(rules, " ")) {
-			args = append(args, f)
-		}
-		if err := admin.Do(ctx, args...).Err(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.SetACLUser(t, admin, user, rules...)
 		return "redis://" + user + ":pw@" + srv.Addr()
 	}
 	app, ops := url("app", testutil.ACLRule, testutil.ACLCommandLineRule), url("ops", testutil.ACLRule, testutil.ACLAdminRule, testutil.ACLCommandLineRule)

@@ -1,5 +1,13 @@
 package testutil
 
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // The ACL rules of README's "Redis ACL", for the default prefix "dlock:".
 // The scripts' own commands are checked too, each one on its keys.
 const (
@@ -22,3 +30,16 @@ const (
 	// of a server that may evict locks.
 	ACLCommandLineRule = "+info"
 )
+
+// SetACLUser makes name, password "pw", a user of rdb's server with rules
+// and nothing else (each argument one rule or several, space separated).
+func SetACLUser(t testing.TB, rdb redis.UniversalClient, name string, rules ...string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pw"}
+	for _, f := range strings.Fields(strings.Join(rules, " ")) {
+		args = append(args, f)
+	}
+	if err := rdb.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

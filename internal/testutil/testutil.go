@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -147,6 +148,19 @@ func ReplyMap(v any) map[any]any {
 		return m
 	}
 	return nil
+}
+
+// CheckResp fails t unless rdb's connections speak RESP resp (CLIENT
+// INFO's resp=).
+func CheckResp(t testing.TB, rdb redis.UniversalClient, resp string) {
+	t.Helper()
+	info, err := rdb.Do(context.Background(), "CLIENT", "INFO").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(info), "resp="+resp) {
+		t.Fatalf("CLIENT INFO %q: want resp=%s", info, resp)
+	}
 }
 
 // Receive returns what ch delivers within d, or fails t, saying what was
