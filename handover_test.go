@@ -101,6 +101,24 @@ func TestHandOverTrustedFromBeforeIt(t *testing.T) {
 	}
 }
 
+// acquire.lua: a check that finds the lock ours (with replica
+// acknowledgement, lengthening it to its lease) never shortens it: one
+// resent after a lost reply may reach Redis after an Extend to longer.
+func TestCheckFindingTheLockOursNeverShortensIt(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "ours", WithTTL(time.Minute))
+	defer l.Unlock(ctx)
+	k := c.keys("ours")
+	res, err := acquireScript.Run(ctx, rdb, k.all(), l.Token(), 1000, "{}", "1", 30000, 1000, "cl", 1000).Int64Slice()
+	if err != nil || res[0] != 2 {
+		t.Fatalf("check = %v, %v; want the lock found ours", res, err)
+	}
+	if pttl := rdb.PTTL(ctx, k.lock).Val(); pttl < 50*time.Second {
+		t.Errorf("after a check asking for 1s the lock of 1 min expires in %v", pttl)
+	}
+}
+
 // A lock taken WithoutRenewal and handed over by message is trusted until
 // about when Redis's lease of it ends. Trusted from the waiter's last check
 // before the hand-over instead, up to a third of the lease earlier, and
@@ -241,6 +259,39 @@ func TestExpiredEntryIsNotHandedTheLock(t *testing.T) {
 		t.Fatalf("TryLock after the release = %v", err)
 	}
 	_ = l2.Unlock(ctx)
+}
+
+// common.lua live_head: an expired entry dropped from the front of the
+// queue leaves the waiters' hash too. A later waiter keeps that hash
+// alive, and would keep such an entry in Redis while the lock is
+// contended.
+func TestExpiredEntryInFrontLeavesTheWaiters(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("front")
+	holder, dead, live := backend.NewToken(), backend.NewToken(), backend.NewToken()
+	// A holder whose lease runs out, then a waiter that died before it
+	// did, then one that lives.
+	if res, err := acquireScript.Run(ctx, rdb, k.all(), holder, 300, "{}", "0", 0, 0, "holder-client").Int64Slice(); err != nil || res[0] != 1 {
+		t.Fatalf("acquire = %v, %v", res, err)
+	}
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), dead, 30000, "{}", "1", 100, 30000, "dead-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), live, 30000, "{}", "1", 30000, 30000, "live-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the lease to run out", func() bool { return rdb.Exists(ctx, k.lock).Val() == 0 })
+	// A caller arriving now finds the lock free: the live waiter gets it.
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), backend.NewToken(), 30000, "{}", "0", 0, 0, "other-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if !rdb.HExists(ctx, k.lock, live).Val() {
+		t.Fatal("the live waiter was not handed the lock")
+	}
+	if rdb.HExists(ctx, k.waiters, dead).Val() {
+		t.Error("the expired entry left the queue but not the waiters' hash")
+	}
 }
 
 // node_acquire.go: a lock handed over to a waiter of a renewing lock gets
@@ -396,6 +447,24 @@ func TestStaleHandOverMessageAfterNotHeldCheck(t *testing.T) {
 		t.Errorf("fence %d after y's %d", l.Fence(), y.Fence())
 	}
 	_ = l.Unlock(ctx)
+}
+
+// acquire.lua: a check that queues reads the holder's fence, up to which
+// a hand-over message to the waiter is stale (node_acquire.go): one for a
+// hand-over taken away at once (ForceRelease) arrives too soon for the
+// lease left to give it away, as in TestStaleHandOverMessageAfterNotHeldCheck.
+func TestQueuedCheckReadsTheHoldersFence(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "fenced")
+	defer l.Unlock(ctx)
+	res, err := acquireScript.Run(ctx, rdb, c.keys("fenced").all(), backend.NewToken(), 30000, "{}", "1", 30000, 30000, "waiter-client").Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 || res[0] != 0 || uint64(res[2]) != l.Fence() {
+		t.Errorf("queued check = %v, want [0 pttl %d]", res, l.Fence())
+	}
 }
 
 // node_acquire.go: a waiter that reads the holder's lease in its last

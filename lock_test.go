@@ -555,6 +555,24 @@ func TestWaitersExpireBesideStaleQueueMember(t *testing.T) {
 	}
 }
 
+// common.lua enqueue: the first waiter's entry creates the queue and the
+// waiters' hash, which expire together: a waiter that vanished while the
+// lock was held leaves nothing behind once its entry has run out.
+func TestQueueKeysExpireTogether(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "vanished")
+	defer l.Unlock(ctx)
+	k := c.keys("vanished")
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), backend.NewToken(), 30000, "{}", "1", 200, 30000, "dead-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the queue to expire", func() bool { return rdb.Exists(ctx, k.queue).Val() == 0 })
+	if rdb.Exists(ctx, k.waiters).Val() != 0 {
+		t.Errorf("the queue has expired, the waiters' hash expires in %v", rdb.PTTL(ctx, k.waiters).Val())
+	}
+}
+
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
@@ -1229,6 +1247,40 @@ func TestFenceNeverGoesBackAtMaxInt64(t *testing.T) {
 	}
 	if v := rdb.Get(ctx, k.fence).Val(); v != strconv.FormatInt(math.MaxInt64, 10) {
 		t.Errorf("fence counter %q, want it left at 2^63 - 1", v)
+	}
+}
+
+// common.lua hand_over: a release that finds every fence issued hands
+// nothing over, and the waiter it took from the queue keeps its place
+// there (and the queue its expiry): its own check then ends its wait.
+func TestHandOverAtMaxInt64KeepsTheWaiterQueued(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	k := c.keys("last")
+	holder, w := backend.NewToken(), backend.NewToken()
+	if err := rdb.Set(ctx, k.fence, strconv.FormatInt(math.MaxInt64-1, 10), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := acquireScript.Run(ctx, rdb, k.all(), holder, 30000, "{}", "0", 0, 0, "holder-client").Int64Slice(); err != nil || res[0] != 1 {
+		t.Fatalf("acquire = %v, %v", res, err)
+	}
+	if _, err := acquireScript.Run(ctx, rdb, k.all(), w, 30000, "{}", "1", 30000, 30000, "waiter-client").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := releaseScript.Run(ctx, rdb, k.all(), holder, 1).Int(); err != nil || n != 0 {
+		t.Fatalf("release = %d, %v", n, err)
+	}
+	if rdb.HExists(ctx, k.lock, w).Val() {
+		t.Fatal("the waiter was handed the lock after fence 2^63 - 1")
+	}
+	if err := rdb.ZScore(ctx, k.queue, w).Err(); err != nil {
+		t.Errorf("the waiter is no longer queued: %v", err)
+	}
+	if !rdb.HExists(ctx, k.waiters, w).Val() {
+		t.Error("the waiter's entry is gone")
+	}
+	if ttl := rdb.PTTL(ctx, k.queue).Val(); ttl <= 0 {
+		t.Errorf("the queue expires in %v, want with the waiters' hash", ttl)
 	}
 }
 

@@ -406,6 +406,53 @@ func TestSemaphoreRenewedAndLost(t *testing.T) {
 	}
 }
 
+// semextend.lua, semacquire.lua, semrelease.lua: permits whose lease has
+// run out are lost, even while their entry is still in the hash (no call
+// has dropped it yet): a late renewal must not bring them back, others
+// may hold them by now.
+func TestSemaphoreRenewalAfterLeaseRanOutFails(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	// ranOut returns the names of a semaphore of 2, and a holder of one
+	// permit whose lease has run out. Another holder keeps the hash, and
+	// the entry, in Redis.
+	ranOut := func(name string) (*lockKeys, string) {
+		k := semKeys(c.Semaphore(name, 2))
+		tok, other := backend.NewToken(), backend.NewToken()
+		for _, h := range []struct {
+			tok   string
+			lease int
+		}{{other, 60000}, {tok, 100}} {
+			if err := permitsAcquireScript.Run(ctx, rdb, k.all(), h.tok, h.lease, "m", "0", 500, h.lease, "cl", 1, 2).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUntil(t, 5*time.Second, "the lease to run out", func() bool {
+			return permitsTTLScript.Run(ctx, rdb, []string{k.lock}, tok).Val() == int64(-3)
+		})
+		return k, tok
+	}
+	k, tok := ranOut("revive")
+	for _, arg := range []any{"renew", 1} {
+		if v, err := permitsExtendScript.Run(ctx, rdb, []string{k.lock}, tok, 60000, arg).Int64(); err != nil || v != 0 {
+			t.Errorf("extend (%v) of permits whose lease ran out = %d, %v; want 0", arg, v, err)
+		}
+	}
+	// Nor does a check of the waiter they were handed to find them its own.
+	res, err := permitsAcquireScript.Run(ctx, rdb, k.all(), tok, 100, "m", "1", 500, 100, "cl", 1, 2).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] == 2 {
+		t.Errorf("check after the lease ran out = %v: permits found held", res)
+	}
+	// Nor are they released: they were lost (ErrNotHeld for Unlock).
+	k, tok = ranOut("release")
+	if v, err := permitsReleaseScript.Run(ctx, rdb, k.all(), tok, 2).Int64(); err != nil || v != -1 {
+		t.Errorf("release of permits whose lease ran out = %d, %v; want -1", v, err)
+	}
+}
+
 // Lost permits say whose they are: their cause (and the errors that carry
 // it) names the semaphore, or the RWMutex, not a lock, on every path that
 // finds them lost; it still matches ErrLockLost.
