@@ -212,10 +212,13 @@ func TestReplicaAckShortRenewalRoundIsLoggedOnce(t *testing.T) {
 func TestReplicaAckFailClosedRenewalRetriesDoNotWarn(t *testing.T) {
 	master, replica := redistest.StartReplicated(t)
 	logs := &levelCount{}
-	c := newClientOn(t, master.Client(t), WithLogger(slog.New(logs)), WithReplicaAck(1, 50*time.Millisecond, FailClosed))
-	l := mustLock(t, c, "unacked", WithTTL(time.Second))
+	// The acquisition must be acknowledged in time, by a replica on a
+	// loaded machine too (FailClosed: else Lock fails); every renewal
+	// then waits out the timeout, and the lease leaves room for retries.
+	c := newClientOn(t, master.Client(t), WithLogger(slog.New(logs)), WithReplicaAck(1, 500*time.Millisecond, FailClosed))
+	l := mustLock(t, c, "unacked", WithTTL(3*time.Second))
 	replica.Stop(t)
-	testutil.Receive(t, l.Done(), 5*time.Second, "the lock's end")
+	testutil.Receive(t, l.Done(), 10*time.Second, "the lock's end")
 	waitUntil(t, 5*time.Second, "the loss logged", func() bool {
 		return logs.count(slog.LevelWarn, "dlock: lock lost") == 1
 	})

@@ -23,16 +23,22 @@ func StartReplicated(t testing.TB, opts ...Option) (master, replica *Server) {
 
 // WaitReplicaAcks waits until a write on rdb's master is acknowledged by a
 // replica: after its first sync a replica is streamed writes only once it
-// has sent its first acknowledgement, up to a second later.
+// has sent its first acknowledgement, up to a second later. Only a write
+// made while a replica is attached counts: one made before is not in the
+// replication stream, and WAIT counts for it any replica online, streamed
+// or not.
 func WaitReplicaAcks(t testing.TB, rdb *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "a replica to acknowledge writes", func() (bool, string) {
 		pipe := rdb.Pipeline()
+		repl := pipe.Info(ctx, "replication")
 		pipe.Incr(ctx, "replica-ack-probe")
 		wait := pipe.Do(ctx, "WAIT", 1, 50)
 		_, err := pipe.Exec(ctx)
-		return wait.Val() == int64(1), fmt.Sprintf("WAIT = %v, %v", wait.Val(), err)
+		attached := infoField(repl.Val(), "connected_slaves")
+		return attached != "" && attached != "0" && wait.Val() == int64(1),
+			fmt.Sprintf("connected_slaves:%s before the write, WAIT = %v, %v", attached, wait.Val(), err)
 	})
 }
 
