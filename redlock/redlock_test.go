@@ -568,6 +568,29 @@ func TestReleaseWithEvenNodesEveryNodeAnswering(t *testing.T) {
 	}
 }
 
+// release.lua: a release by another token leaves the lock on every node,
+// to its owner: a caller whose lock expired and went to another must not
+// free the new holder's.
+func TestReleaseByAnotherTokenLeavesTheLock(t *testing.T) {
+	cl := startCluster(t, 3)
+	cl.cacheScripts(t)
+	c := cl.patientLocker(t)
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job")
+	for i, rdb := range cl.rdbs {
+		n, err := rdb.EvalSha(ctx, scriptSHA(t, "release"), []string{lockKey("job"), lockKey("job") + ":wake"}, "another-token", 1, "1").Int()
+		if err != nil || n != -1 {
+			t.Errorf("node %d: release by another token = %d, %v; want -1 (not held)", i, n, err)
+		}
+	}
+	if on := cl.holders(t, "job", l.Token()); len(on) != 3 {
+		t.Fatalf("the owner holds the lock on nodes %v after another token's release, want all 3", on)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("the owner's Unlock = %v", err)
+	}
+}
+
 // Waiters blocked by holds of several owners (stale holds of crashed
 // contenders: no owner has a majority, so each failed attempt's release
 // publishes) must not be woken by their own release message, nor by each
