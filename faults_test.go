@@ -1427,3 +1427,39 @@ func takePermits(n int64) func(*Client, string) taker {
 
 func takeRead(c *Client, name string) taker  { return c.RWMutex(name).RLock }
 func takeWrite(c *Client, name string) taker { return c.RWMutex(name).Lock }
+
+// The place kept while Redis is out of reach lasts no longer than the
+// queue entry the last check made (queueLife less the drift): from the
+// outage on, a waiter gives up within a queue TTL, not once a longer
+// estimate of the entry's life has passed, when a release may already
+// have skipped it.
+func TestQueuedWaiterGivesUpWithinItsEntrysLife(t *testing.T) {
+	const queueTTL = 1200 * time.Millisecond // checks every 400 ms
+	srv := redistest.Start(t)
+	holder := newClientOn(t, srv.Client(t))
+	p := startProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	waiter := newClientOn(t, rdb, WithQueueTTL(queueTTL))
+	ctx := context.Background()
+	l := mustLock(t, holder, "entry-life")
+	t.Cleanup(func() { _ = l.Unlock(ctx) })
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := lockThenUnlock(wctx, waiter, "entry-life")
+	waitQueuedAndSubscribed(t, srv.Client(t), waiter, "entry-life")
+	p.Close()
+	outage := time.Now()
+	err := <-got
+	waited := time.Since(outage)
+	if !connectionError(err) {
+		t.Fatalf("Lock while Redis is out of reach = %v after %v, want the connection error", err, waited)
+	}
+	// The last check ran before the outage: its entry ends within a queue
+	// TTL of it (half a queue TTL of slack for a loaded machine; an
+	// estimate of twice the entry's life would take 2.4 s).
+	if waited > queueTTL+queueTTL/2 {
+		t.Errorf("Lock gave up %v after Redis went out of reach, past the %v its queue entry lives", waited, queueTTL)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -760,5 +761,42 @@ func TestLateGrantReleasePanicDoesNotHoldUpClose(t *testing.T) {
 	c.Close()
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Close took %v after a TryLock whose release panicked", took.Round(time.Millisecond))
+	}
+}
+
+// node_acquire.go: a waiter checks every third of the queue TTL, so its
+// queue entry never comes near its end while it waits: one that ran out
+// before its refresh would be skipped by a release made meanwhile.
+func TestWaiterRefreshesItsEntryWellBeforeItEnds(t *testing.T) {
+	holder, rdb, _ := newTestClient(t)
+	const queueTTL = 1500 * time.Millisecond // checks every 500 ms
+	waiter := newClientOn(t, rdb, WithQueueTTL(queueTTL))
+	ctx := context.Background()
+	l := mustLock(t, holder, "refresh-margin")
+	defer l.Unlock(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	got := lockThenUnlock(wctx, waiter, "refresh-margin")
+	defer func() { cancel(); <-got }()
+	waitUntil(t, 5*time.Second, "the waiter to queue", func() bool { return queued(t, rdb, holder, "refresh-margin") == 1 })
+
+	k := holder.keys("refresh-margin")
+	// Two periods of a waiter that checked only once per queue TTL.
+	for end := time.Now().Add(2 * queueTTL); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		entries := rdb.HGetAll(ctx, k.waiters).Val()
+		now := rdb.Time(ctx).Val()
+		if len(entries) != 1 {
+			t.Fatalf("queue entries: %v, want the waiter's", entries)
+		}
+		for _, entry := range entries {
+			deadline, err := strconv.ParseInt(strings.Fields(entry)[0], 10, 64)
+			if err != nil {
+				t.Fatalf("queue entry %q: %v", entry, err)
+			}
+			// Two thirds of the queue TTL left at the least, less a check's
+			// round trip; a third of it is slack.
+			if left := time.Duration(deadline-now.UnixMilli()) * time.Millisecond; left < queueTTL/3 {
+				t.Fatalf("the waiter's queue entry has %v left of %v: not refreshed in time", left, queueTTL)
+			}
+		}
 	}
 }
