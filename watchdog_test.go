@@ -1269,3 +1269,136 @@ func TestUnlockOfLostLockWithRedisDownReturnsReleaseError(t *testing.T) {
 		t.Fatalf("Unlock = %v, want the dial error alone", err)
 	}
 }
+
+// A lone lock's renewal goes a third of the lease after the request that
+// granted it was sent, and every third of the lease after that: two thirds
+// of the lease are left for the renewal to be answered, or retried, before
+// the deadline. Nothing else is due, so none goes early.
+func TestRenewalDueAtAThirdOfTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var at []time.Time
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{extendScript.Hash(): func() error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		return nil
+	}}})
+	const ttl = 3 * time.Second // due every second
+	before := time.Now()
+	l := mustLock(t, c, "renew-third", WithTTL(ttl))
+	took := time.Since(before)
+	waitUntil(t, 6*time.Second, "two renewals", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 2
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The loop wakes a little late, never early; ttl/12 covers a slow
+	// machine and is a quarter of the way to a renewal at half the lease.
+	const late = ttl / 12
+	if first := at[0].Sub(before); first < ttl/3 || first > ttl/3+took+late {
+		t.Errorf("first renewal %v after Lock was called (which took %v), want about %v", first, took, ttl/3)
+	}
+	if gap := at[1].Sub(at[0]); gap < ttl/3-late || gap > ttl/3+late {
+		t.Errorf("second renewal %v after the first, want about %v", gap, ttl/3)
+	}
+}
+
+// A lock taken WithoutRenewal is never renewed, not even along with
+// another lock of the Client whose renewal round trip goes while the fixed
+// lock's would be due: its lease runs out, and it is lost at its deadline.
+func TestFixedLeaseNotRenewedWithOtherLocks(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	rdb.AddHook(renewalTimesHook{r: rt})
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+
+	const fixed = 900 * time.Millisecond
+	renewed := mustLock(t, c, "renewed", WithTTL(600*time.Millisecond)) // a round trip every 200 ms
+	defer func() { _ = renewed.Unlock(ctx) }()
+	l := mustLock(t, c, "fixed-among-renewed", WithTTL(fixed), WithoutRenewal())
+	select {
+	case <-l.Done():
+	case <-time.After(2 * fixed):
+		t.Fatalf("fixed lease of %v not lost after %v", fixed, 2*fixed)
+	}
+	if err := context.Cause(l.Context()); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "fixed lease") {
+		t.Errorf("cause = %v, want the fixed lease's loss", err)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if n := len(rt.at[c.keys(l.Key()).lock]); n != 0 {
+		t.Errorf("lock taken WithoutRenewal renewed %d times", n)
+	}
+	if len(rt.at[c.keys(renewed.Key()).lock]) == 0 {
+		t.Error("the other lock was never renewed")
+	}
+}
+
+// failKeyRenewals fails every renewal of one key (its reply replaced by
+// an error, as if it were lost), and records when each was sent.
+type failKeyRenewals struct {
+	testutil.PassHook
+	key string // set before the first lock is taken
+	mu  sync.Mutex
+	at  []time.Time
+}
+
+func (h *failKeyRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		now := time.Now()
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if sha, key := firstKey(cmd); sha == extendScript.Hash() && key == h.key {
+				h.mu.Lock()
+				h.at = append(h.at, now)
+				h.mu.Unlock()
+				cmd.SetErr(errors.New("connection reset"))
+			}
+		}
+		return err
+	}
+}
+
+// A failed renewal is retried a tenth of the lease later, and not sooner
+// along with another lock's round trip: the sixth of the lease it could go
+// early by is for renewals due, not for retries, or a lock that fails
+// while others are renewed often would be retried in every one of their
+// rounds.
+func TestFailedRenewalNotRetriedInAnotherLocksRound(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	fail := &failKeyRenewals{}
+	rdb.AddHook(fail)
+	c := newClientOn(t, rdb)
+	ctx := context.Background()
+
+	const ttl = 3 * time.Second // retried every 300 ms
+	fail.key = c.keys("failing").lock
+	other := mustLock(t, c, "often", WithTTL(240*time.Millisecond)) // a round trip every 80 ms
+	defer func() { _ = other.Unlock(ctx) }()
+	l := mustLock(t, c, "failing", WithTTL(ttl))
+	defer func() { _ = l.Unlock(ctx) }()
+	waitUntil(t, 5*time.Second, "three failed renewals", func() bool {
+		fail.mu.Lock()
+		defer fail.mu.Unlock()
+		return len(fail.at) >= 3
+	})
+	fail.mu.Lock()
+	defer fail.mu.Unlock()
+	for i := 1; i < 3; i++ {
+		if gap := fail.at[i].Sub(fail.at[i-1]); gap < ttl/10-10*time.Millisecond {
+			t.Errorf("failed renewal retried %v after the one before, want %v at least (lease/10)", gap, ttl/10)
+		}
+	}
+}
