@@ -1038,6 +1038,17 @@ func TestFixedLeaseRunOutSaysItWasFixed(t *testing.T) {
 	}
 }
 
+// renewalTimedClient returns a Client on a server of its own, and the
+// record of when its renewals were sent.
+func renewalTimedClient(t *testing.T) (*Client, *renewalTimes) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rt := &renewalTimes{at: map[string][]time.Time{}}
+	rdb.AddHook(renewalTimesHook{r: rt})
+	return newClientOn(t, rdb), rt
+}
+
 // A renewal goes up to a sixth of the lease early only to share a round
 // trip with one that is due. Locks taken in a steady stream each have a
 // renewal coming up at any time: were every look of the watchdog (one
@@ -1045,12 +1056,7 @@ func TestFixedLeaseRunOutSaysItWasFixed(t *testing.T) {
 // would be renewed every sixth of its lease instead of every third: twice
 // the renewals, in back-to-back round trips of a few each.
 func TestSteadyStreamOfLocksRenewedInRounds(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	rt := &renewalTimes{at: map[string][]time.Time{}}
-	rdb.AddHook(renewalTimesHook{r: rt})
-	c := newClientOn(t, rdb)
+	c, rt := renewalTimedClient(t)
 	ctx := context.Background()
 
 	const ttl = 1200 * time.Millisecond // due every 400 ms, up to 200 ms early
@@ -1314,12 +1320,7 @@ func TestRenewalDueAtAThirdOfTheLease(t *testing.T) {
 // another lock of the Client whose renewal round trip goes while the fixed
 // lock's would be due: its lease runs out, and it is lost at its deadline.
 func TestFixedLeaseNotRenewedWithOtherLocks(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	rt := &renewalTimes{at: map[string][]time.Time{}}
-	rdb.AddHook(renewalTimesHook{r: rt})
-	c := newClientOn(t, rdb)
+	c, rt := renewalTimedClient(t)
 	ctx := context.Background()
 
 	const fixed = 900 * time.Millisecond
