@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
@@ -223,6 +224,50 @@ func TestACLRuleOnCluster(t *testing.T) {
 		if log, err := n.Client(t).Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
 			t.Errorf("node %d: ACL LOG = %v, %v; want no refused command", i, log, err)
 		}
+	}
+}
+
+// A waiter idle on its wake-up connection is pinged there, and one that
+// leaves unsubscribes its channel: the rule's +ping and +sunsubscribe are
+// what let it (refused, each would be logged, and a refused PING taken for
+// a broken connection).
+func TestACLRuleCoversIdleAndLeavingWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	// Waiters re-check only every 20 s: nothing else is sent meanwhile.
+	c := newClientOn(t, aclUser(t, srv, "locker", testutil.ACLRule), WithQueueTTL(time.Minute))
+	w := c.be.(*node).wake
+	w.mu.Lock()
+	w.health = backend.PubSubHealth{Idle: 50 * time.Millisecond, Wait: 5 * time.Second}
+	w.linger = 50 * time.Millisecond
+	w.mu.Unlock()
+	l := mustLock(t, newClientOn(t, admin), "job")
+	defer l.Unlock(ctx)
+
+	wctx, leave := context.WithCancel(ctx)
+	got := lockAsync(wctx, c, "job")
+	waitQueuedAndSubscribed(t, admin, c, "job")
+	waitUntil(t, 5*time.Second, "the idle wake-up connection to be pinged", func() bool {
+		list, _ := admin.ClientList(ctx).Result()
+		for _, conn := range strings.Split(list, "\n") {
+			if strings.Contains(conn, " user=locker ") && strings.Contains(conn, " cmd=ping ") {
+				return true
+			}
+		}
+		return false
+	})
+	leave()
+	if r := testutil.Receive(t, got, 5*time.Second, "the waiter to leave"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Lock = %v, want context.Canceled", r.err)
+	}
+	// Sent (refused or not) by the waiter's Client only.
+	waitUntil(t, 5*time.Second, "the channel to be unsubscribed", func() bool {
+		stats, err := admin.Info(ctx, "commandstats").Result()
+		return err == nil && strings.Contains(stats, "cmdstat_sunsubscribe:")
+	})
+	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
+		t.Errorf("ACL LOG = %v, %v; want no refused command", log, err)
 	}
 }
 
