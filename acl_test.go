@@ -227,6 +227,45 @@ func TestACLRuleOnCluster(t *testing.T) {
 	}
 }
 
+// During a slot's migration, the source answers a lock's scripts with ASK
+// (their keys are not there): go-redis sends ASKING and the script to the
+// destination, which refuses it with TRYAGAIN (not all of its keys are
+// there either) until the migration ends. testutil.ACLClusterRule's
+// +asking lets the ASKING through: refused, a TryLock would fail with the
+// ACL's refusal, and a Lock would not wait for the migration's end.
+func TestACLRuleCoversASKRedirections(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, n := range cl.Nodes {
+		aclUser(t, n, "locker", testutil.ACLRule, testutil.ACLClusterRule)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "locker", Password: "pw"})
+	t.Cleanup(func() { cc.Close() })
+	c := newClientOn(t, cc)
+	admin := cl.Client(t)
+	src := masterOf(t, admin, c, "moving")
+	dst := otherMaster(cl, src)
+	var got <-chan lockResult
+	cl.MigrateSlot(t, int(admin.ClusterKeySlot(ctx, c.keys("moving").lock).Val()), src, dst, func() {
+		if _, err := c.TryLock(ctx, "moving"); !redis.IsTryAgainError(err) {
+			t.Errorf("TryLock during the migration = %v, want TRYAGAIN", err)
+		}
+		got = lockAsync(ctx, c, "moving")
+	})
+	if err := receiveLock(t, got, 10*time.Second, "the Lock begun during the migration").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range cl.Nodes {
+		nc := n.Client(t)
+		if log, err := nc.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
+			t.Errorf("node %d: ACL LOG = %v, %v; want no refused command", i, log, err)
+		}
+		if stats := nc.Info(ctx, "commandstats").Val(); n.Addr() == dst && !strings.Contains(stats, "cmdstat_asking:") {
+			t.Errorf("no ASKING reached the slot's new master: the lock was not reached by ASK")
+		}
+	}
+}
+
 // A waiter idle on its wake-up connection is pinged there, and one that
 // leaves unsubscribes its channel: the rule's +ping and +sunsubscribe are
 // what let it (refused, each would be logged, and a refused PING taken for
