@@ -99,6 +99,61 @@ func TestBatchQueuesAndDropsCancelledCalls(t *testing.T) {
 	})
 }
 
+// A call that fails in a batch fails alone: the others sent with it get
+// their own replies, not its error. A TryLock taken in Redis but reported
+// as failed would leave the lock held by nobody until its lease ran out.
+func TestBatchedCallsErrorIsItsOwn(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
+	defer cut.Close()
+	c := newClientOn(t, cut)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
+	rdb.Set(ctx, c.keys("str").lock, "not a lock", 0)
+
+	proxy.Freeze()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	for i := range 2 {
+		go func() {
+			defer wg.Done()
+			if l, err := c.TryLock(ctx, fmt.Sprintf("slot%d", i)); err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	waitUntil(t, 5*time.Second, "both slots in flight", func() bool { r, _ := inflight(c); return r == 2 })
+	type result struct {
+		l   *Lock
+		err error
+	}
+	wrong, good := make(chan result, 1), make(chan result, 1)
+	go func() {
+		l, err := c.TryLock(ctx, "str")
+		wrong <- result{l, err}
+	}()
+	waitUntil(t, 5*time.Second, "a call queued", func() bool { _, q := inflight(c); return q == 1 })
+	go func() {
+		l, err := c.TryLock(ctx, "good")
+		good <- result{l, err}
+	}()
+	waitUntil(t, 5*time.Second, "two calls queued", func() bool { _, q := inflight(c); return q == 2 })
+	proxy.Thaw()
+	if r := testutil.Receive(t, wrong, 10*time.Second, "the TryLock of a string key"); !errors.Is(r.err, ErrWrongType) {
+		t.Errorf("TryLock of a string key = %v, want ErrWrongType", r.err)
+	}
+	r := testutil.Receive(t, good, 10*time.Second, "the TryLock batched with it")
+	if r.err != nil {
+		t.Fatalf("TryLock batched with a call that failed = %v, want the lock", r.err)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
+}
+
 // Batched calls survive the server losing its script cache: the calls
 // refused with NOSCRIPT are sent again with the script.
 func TestBatchAfterScriptFlush(t *testing.T) {

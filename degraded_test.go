@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // failFastClient is a go-redis client of srv that fails at once while srv
@@ -189,8 +190,10 @@ func TestDegradedModeWhenRedisIsDown(t *testing.T) {
 
 func TestDegradedModeOption(t *testing.T) {
 	srv := redistest.Start(t)
-	if _, err := New(srv.Client(t), WithDegradedMode(7)); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("New with an unknown mode = %v", err)
+	for _, m := range []DegradedMode{LocalFallback + 1, 7} {
+		if _, err := New(srv.Client(t), WithDegradedMode(m)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("New with the unknown mode %d = %v", m, err)
+		}
 	}
 	if FailFast.String() != "fail_fast" || LocalFallback.String() != "local_fallback" {
 		t.Error("mode names")
@@ -216,6 +219,10 @@ func TestUnreachable(t *testing.T) {
 		{over, fmt.Errorf("x: %w", dial), false},                          // the caller gave up
 		{lateContext{live, time.Now()}, fmt.Errorf("x: %w", dial), false}, // its deadline passed, Err not set yet
 		{live, fmt.Errorf("x: %w", ErrNotObtained), false},
+		// An answer wins over a failed connection it also wraps.
+		{live, fmt.Errorf("x: %w: %w", ErrNotObtained, dial), false},
+		{live, fmt.Errorf("x: %w: %w", ErrWrongType, dial), false},
+		{live, fmt.Errorf("x: %w: %w", ErrClosed, dial), false},
 		{live, ErrClosed, false},
 		{live, redis.ErrClosed, false},
 		{live, fmt.Errorf("x: %w", context.DeadlineExceeded), false},
@@ -570,5 +577,52 @@ func TestDegradedModeNotOnMovedToAPlainClient(t *testing.T) {
 		if _, moved := redis.IsMovedError(err); !moved {
 			t.Fatalf("lock (wait %v) answered MOVED = %v, want the MOVED error", wait, err)
 		}
+	}
+}
+
+// cutOnAcquire is a go-redis hook that fails the acquire script as a
+// connection reset would, after running before (if set).
+type cutOnAcquire struct {
+	testutil.PassHook
+	before func()
+}
+
+func (h *cutOnAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == &acquireEval.sha {
+			if h.before != nil {
+				h.before()
+			}
+			err := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A degraded lock that Close beats to the watchdog is not handed out, and
+// gives its in-process lock back: a Lock of the key would otherwise wait
+// for it for good.
+func TestDegradedLockRefusedAtCloseGivesTheLocalLockBack(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := failFastClient(t, srv)
+	hook := &cutOnAcquire{}
+	rdb.AddHook(hook)
+	c := newClientOn(t, rdb, WithDegradedMode(LocalFallback))
+	closed := make(chan struct{})
+	hook.before = func() {
+		go func() {
+			defer close(closed)
+			c.Close() // waits for this TryLock to end
+		}()
+		<-c.dog.stop // the watchdog takes no more holds
+	}
+	if l, err := c.TryLock(context.Background(), "k"); !errors.Is(err, ErrClosed) {
+		t.Errorf("TryLock as Close began = %v, %v; want ErrClosed", l, err)
+	}
+	<-closed
+	if n, held := c.ext.local.waiting("k"); held || n != 0 {
+		t.Errorf("in-process lock of the key: held %v, %d waiting; want free", held, n)
 	}
 }

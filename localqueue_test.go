@@ -239,6 +239,39 @@ func TestLocalQueueRetryGivenUpJustAsHandedOver(t *testing.T) {
 	}
 }
 
+// TestLocalQueueRetryGivenUpJustAsHandedOverTakesAFreeLock: the one check
+// a waiter makes when the in-process lock comes just as its strategy
+// gives up is a real one: with the Redis lock free, it takes it.
+func TestLocalQueueRetryGivenUpJustAsHandedOverTakesAFreeLock(t *testing.T) {
+	c, _, _ := newTestClient(t, WithLocalQueue())
+	ctx := context.Background()
+	mine := mustLock(t, c, "r")
+	retry := lastCheckRetry{asked: make(chan struct{}), proceed: make(chan struct{})}
+	type result struct {
+		l   *Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(ctx, "r", WithRetry(retry))
+		done <- result{l, err}
+	}()
+	testutil.Receive(t, retry.asked, 5*time.Second, "the strategy's second check")
+	if err := mine.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the hand-over in the process", func() bool { return localWaiting(c, "r") == 0 })
+	close(retry.proceed)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Lock handed the in-process lock as its strategy gave up, Redis lock free = %v, want the lock", r.err)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Error(err)
+	}
+	waitUntil(t, 5*time.Second, "the local state to go", func() bool { return c.ext.local.size() == 0 })
+}
+
 // TestLocalQueueRetryKeepsItsSchedule: the waiting in the process counts
 // against a retry strategy as the waiting in Redis would, no more: a
 // waiter handed the in-process lock during the strategy's first delay,
@@ -303,15 +336,17 @@ func TestLocalQueueZeroBackoffWaitsAMillisecond(t *testing.T) {
 	ctx := context.Background()
 	l := mustLock(t, c, "z")
 	defer l.Unlock(ctx)
-	const checks = 50
-	start := time.Now()
-	_, err := c.Lock(ctx, "z", WithRetry(zeroRetry(checks)))
-	waited := time.Since(start)
-	if !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("Lock = %v, want ErrNotObtained", err)
-	}
-	if waited < checks*backend.MinBackoff {
-		t.Errorf("gave up after %d checks in %v: less than %v each", checks, waited, backend.MinBackoff)
+	// One check: the first delay too (no loop to hide it in).
+	for _, checks := range []int{1, 50} {
+		start := time.Now()
+		_, err := c.Lock(ctx, "z", WithRetry(zeroRetry(checks)))
+		waited := time.Since(start)
+		if !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("Lock = %v, want ErrNotObtained", err)
+		}
+		if waited < time.Duration(checks)*backend.MinBackoff {
+			t.Errorf("%s in %v: less than %v a check", backend.GaveUp(checks), waited, backend.MinBackoff)
+		}
 	}
 }
 
