@@ -324,7 +324,8 @@ func TestAdminPermitsCapacityMismatch(t *testing.T) {
 // Other code's data at a semaphore's waiters name does not hide the
 // semaphore's holders: list --long shows it and names the trouble on
 // stderr (status 1), inspect prints it (status 1), and release --force
-// takes a holder's permits away, leaving the other code's data as it was.
+// takes a holder's permits away, leaving the other code's data as it was
+// (and, refusing an owner that holds none, says only that).
 func TestAdminPermitsForeignDataAtWaiters(t *testing.T) {
 	t.Parallel()
 	url, c, rdb := adminServerAndConn(t)
@@ -359,6 +360,11 @@ func TestAdminPermitsForeignDataAtWaiters(t *testing.T) {
 		t.Errorf("inspect does not show the holder:\n%s", r.stdout)
 	}
 	reported("inspect", r)
+	// Nothing removed: nothing left as it is to tell of, only the refusal.
+	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", "nobody", "enc").want(t, exitFailure)
+	if got := lines(r.stderr); len(got) != 1 || !strings.Contains(got[0], `semaphore "enc" has no holder with owner nobody; nothing was removed`) {
+		t.Errorf("release --force of an owner that holds nothing: stderr %q", r.stderr)
+	}
 	r = dlockRun(t, nil, "--redis", url, "release", "--force", "--capacity", "2", "--owner", l.Token(), "enc")
 	if r.code != 0 || !strings.Contains(r.stdout, "owner     "+l.Token()) {
 		t.Errorf("release --force: status %d\nstdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)

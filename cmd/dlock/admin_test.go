@@ -240,6 +240,96 @@ func TestReleaseForceChangedHands(t *testing.T) {
 	}
 }
 
+// list --long leaves out a lock released between the SCAN that found its
+// name and the read of its state: the proxy holds back the SCAN's reply
+// while the holder releases it.
+func TestListLongLeavesOutALockReleasedSinceScan(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := lockClient(t, srv.Addr())
+	ctx := context.Background()
+	gone, err := c.Lock(ctx, "gone-since-scan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	scanned := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte("{gone-since-scan}")) })
+
+	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "list", "--long")
+	select {
+	case <-scanned:
+	case <-time.After(processTimeout):
+		t.Fatal("list --long never scanned the lock")
+	}
+	if err := gone.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Thaw()
+
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, p.stderr.String())
+	}
+	if got := lines(p.stdout.String()); len(got) != 2 || !strings.HasPrefix(got[1], "kept ") {
+		t.Errorf("list --long: want the header and the lock still held only:\n%s", p.stdout.String())
+	}
+}
+
+// TestReleaseForcePermitsGoneSinceRead is TestReleaseForceChangedHands for
+// a semaphore's holder: its permits, given back between the read and the
+// removal, are not said to be removed (status 1), and whoever took them
+// since keeps them.
+func TestReleaseForcePermitsGoneSinceRead(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := lockClient(t, srv.Addr())
+	ctx := context.Background()
+	old, err := c.Semaphore("enc", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	read := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(old.Token())) })
+
+	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "release", "--force", "--capacity", "1", "--owner", old.Token(), "enc")
+	select {
+	case <-read:
+	case <-time.After(processTimeout):
+		t.Fatal("release --force never read the semaphore")
+	}
+	if err := old.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taker, err := c.Semaphore("enc", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Thaw()
+
+	if code := p.wait(t); code != exitFailure {
+		t.Errorf("exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitFailure, p.stdout.String(), p.stderr.String())
+	}
+	if got := lines(p.stderr.String()); len(got) != 1 || !strings.Contains(got[0], "is no longer held by owner "+old.Token()) {
+		t.Errorf("stderr %q: want one line saying the holder read is gone and nothing was removed", p.stderr.String())
+	}
+	if strings.Contains(p.stdout.String(), "released") {
+		t.Errorf("stdout says permits were released:\n%s", p.stdout.String())
+	}
+	if info := semInspect(t, c, "enc", 1); len(info.Holders) != 1 || info.Holders[0].Owner != taker.Token() {
+		t.Errorf("the new holder lost its permits: %+v", info)
+	}
+}
+
 // Output that cannot be written (a full disk) is a failure, 1 ("anything
 // else"), also for the commands that print as they go (bench, demo): not
 // 64, which means usage ("bad flag, duration or URL, missing --"), nor

@@ -35,3 +35,36 @@ func TestURLProtocolReachesEveryDeployment(t *testing.T) {
 		}
 	}
 }
+
+// A command that needs more connections than go-redis's default pool
+// (bench, one a goroutine) gets them on every deployment, unless the
+// URL's pool_size says otherwise.
+func TestPoolSizeTheCommandNeeds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		f    connFlags
+		want int
+	}{
+		{"server", connFlags{url: "redis://localhost:6379", poolSize: 1003}, 1003},
+		{"server, the URL's", connFlags{url: "redis://localhost:6379?pool_size=7", poolSize: 1003}, 7},
+		{"cluster", connFlags{url: "redis://", cluster: []string{"localhost:7000"}, poolSize: 1003}, 1003},
+		{"sentinel", connFlags{url: "redis://", sentinelMaster: "m", sentinels: []string{"localhost:26379"}, poolSize: 1003}, 1003},
+	} {
+		rdb, _, err := tc.f.redisClient()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got int
+		switch c := rdb.(type) {
+		case *redis.Client:
+			got = c.Options().PoolSize
+		case *redis.ClusterClient:
+			got = c.Options().PoolSize
+		}
+		rdb.Close()
+		if got != tc.want {
+			t.Errorf("%s: pool size %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -102,6 +102,21 @@ func TestBadInput(t *testing.T) {
 		{"password in the query of an unparsable URL", nil, []string{"--redis", "redis://[::1?db=0&password=" + secret, "list"}, exitUsage, "invalid Redis URL redis://[::1?db=0&password=xxxxx"},
 		{"sentinel password in the query", []string{"DLOCK_REDIS_URL=redis://localhost?sentinel_password=" + url.QueryEscape(secret+"/x")}, []string{"list"}, exitUsage, "invalid Redis URL redis://localhost?sentinel_password=xxxxx"},
 		{"sentinel without master", nil, []string{"--sentinel", "localhost:26379", "list"}, exitUsage, "--sentinel-master and --sentinel go together"},
+		// Flags that do not fit together, or values out of their range, are
+		// refused before connecting; a value at the edge of its range is not.
+		{"sentinel and cluster", nil, []string{"--sentinel-master", "m", "--sentinel", "localhost:26379", "--cluster", "localhost:7000", "list"}, exitUsage, "use either --sentinel or --cluster, not both"},
+		{"cluster port past 65535", nil, []string{"--cluster", "localhost:65536", "list"}, exitUsage, `--cluster "localhost:65536": an address must be host:port`},
+		{"negative grace, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--grace", "-1s", "k", "--", "echo", "ran"}, exitUsage, "--grace -1s: must not be negative"},
+		{"negative max hold, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--max-hold", "-1s", "k", "--", "echo", "ran"}, exitUsage, "--max-hold -1s: must not be negative"},
+		{"no-wait with wait, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--no-wait", "--wait", "1s", "k", "--", "echo", "ran"}, exitUsage, "use either --no-wait or --wait, not both"},
+		{"two keys before --, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "k", "echo", "--", "ran"}, exitUsage, "run takes one KEY before --, got 2 arguments"},
+		{"lease shorter than 3 replica waits, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "--ttl", "3299ms", "run", "--replica-ack", "1", "k", "--", "echo", "ran"}, exitUsage, "--ttl 3.299s: must be at least 3 x (--replica-timeout 1s + 100ms)"},
+		{"lease of 3 replica waits, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "--ttl", "3300ms", "run", "--replica-ack", "1", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"longest replica timeout, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()) + "?read_timeout=10s", "run", "--replica-ack", "1", "--replica-timeout", "3650ms", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"permits as many as capacity, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "run", "--capacity", "2", "--permits", "2", "k", "--", "echo", "ran"}, exitUnavailable, "cannot reach Redis at " + stopped.Addr()},
+		{"capacity past the most permits, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "inspect", "--capacity", "1099511627777", "k"}, exitUsage, "--capacity 1099511627777: must be between 1 and 1099511627776"},
+		{"capacity with rwmutex, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "inspect", "--capacity", "2", "--rwmutex", "k"}, exitUsage, "use either --capacity or --rwmutex, not both"},
+		{"two list patterns, Redis unreachable", nil, []string{"--redis", redisURL(stopped.Addr()), "list", "a*", "b*"}, exitUsage, "list takes at most one PATTERN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

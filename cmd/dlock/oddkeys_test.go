@@ -15,11 +15,13 @@ import (
 // TestOddKeysInHumanOutput: a lock name with a newline or a byte 0xff
 // (not UTF-8; text/tabwriter's escape character) must not garble the human
 // output: list prints one name a line, list --long keeps its columns for
-// every lock, and inspect shows one state, the lock's.
+// every lock, and inspect shows one state, the lock's. Such a name is shown
+// quoted as a Go string, and so is one that starts with '"', so that a
+// quoted name is never another's.
 func TestOddKeysInHumanOutput(t *testing.T) {
 	t.Parallel()
 	url, c := adminServer(t)
-	keys := []string{"a\xffb", "nl\nstate     free", "z"}
+	keys := []string{`"q"`, "a\xffb", "nl\nstate     free", "z"} // as list sorts them
 	fences := map[string]uint64{}
 	for _, k := range keys {
 		l, err := c.Lock(context.Background(), k)
@@ -30,8 +32,9 @@ func TestOddKeysInHumanOutput(t *testing.T) {
 	}
 
 	r := dlockRun(t, nil, "--redis", url, "list").want(t, 0)
-	if got := lines(r.stdout); len(got) != len(keys) {
-		t.Errorf("list: %d lines for %d locks:\n%s", len(got), len(keys), r.stdout)
+	want := []string{strconv.Quote(`"q"`), strconv.Quote("a\xffb"), strconv.Quote("nl\nstate     free"), "z"}
+	if got := lines(r.stdout); !slices.Equal(got, want) {
+		t.Errorf("list: %q, want %q", got, want)
 	}
 
 	r = dlockRun(t, nil, "--redis", url, "list", "--long").want(t, 0)
