@@ -323,6 +323,7 @@ func TestBadInputOptions(t *testing.T) {
 		{"nil Option", []Option{nil}, nil},
 		{"WithObserver(nil)", []Option{WithObserver(nil)}, nil},
 		{"WithObserver(nil pointer)", []Option{WithObserver((*NopObserver)(nil))}, nil},
+		{"Observers(nil pointer)", []Option{WithObserver(Observers((*NopObserver)(nil)))}, nil},
 		{"WithLogger(nil)", []Option{WithLogger(nil)}, nil},
 		{"WithPrefix empty", []Option{WithPrefix("")}, ErrInvalidOption},
 		{"WithPrefix brace", []Option{WithPrefix("a{")}, ErrInvalidOption},

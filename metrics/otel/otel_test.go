@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -171,7 +172,14 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 	}
 	holds := collect(t, reader, "dlock.hold.duration")["dlock.key.group=order,dlock.kind=lock"]
 	gen.CheckHolds(holds.count, holds.sum)
+	// The inner Unlock of the re-entry records no hold time.
+	if n := collect(t, reader, "dlock.hold.duration")["dlock.key.group=invoice,dlock.kind=lock"].count; n != 2 {
+		t.Errorf("dlock.hold.duration{dlock.key.group=invoice,dlock.kind=lock} count = %v, want 2", n)
+	}
 	waits := collect(t, reader, "dlock.acquire.duration")
+	if n := waits["dlock.key.group=invoice,dlock.kind=lock,dlock.mode=trylock,dlock.outcome=not_obtained"].count; n != 1 {
+		t.Errorf("dlock.acquire.duration{dlock.key.group=invoice,dlock.kind=lock,dlock.mode=trylock,dlock.outcome=not_obtained} count = %v, want 1", n)
+	}
 	invoice := waits["dlock.key.group=invoice,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired"]
 	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
 	order := waits["dlock.key.group=order,dlock.kind=lock,dlock.mode=lock,dlock.outcome=acquired"]
@@ -215,6 +223,11 @@ func TestMetricsAndSpansAfterRealTraffic(t *testing.T) {
 			if s.Status().Code == codes.Error {
 				t.Errorf("acquire span of %s has an error status: %v", key.AsString(), s.Status())
 			}
+			if out, _ := spanAttr(s, dlockotel.Outcome); out.AsString() != "acquired" {
+				if f, ok := spanAttr(s, dlockotel.Fence); ok {
+					t.Errorf("acquire span of %s, %s: fence %v, want none", key.AsString(), out.AsString(), f.AsInt64())
+				}
+			}
 		case "dlock.release":
 			releases++
 			if strings.HasPrefix(key.AsString(), "order:") {
@@ -248,6 +261,22 @@ func TestHoldActiveBackToZeroOnEveryPath(t *testing.T) {
 	traffic.Start(t, obs).Held(func(kind string) float64 {
 		return collect(t, reader, "dlock.hold.active")["dlock.key.group=held,dlock.kind="+kind].value
 	})
+	// Each loss under its reason, each failed release as one, the
+	// renewal that found a lock gone, the failed re-entry and the degraded
+	// grant as one.
+	check := func(name, attrs string, want float64) {
+		t.Helper()
+		if got := collect(t, reader, name)[attrs].value; got != want {
+			t.Errorf("%s{%s} = %v, want %v", name, attrs, got, want)
+		}
+	}
+	for reason, n := range traffic.HeldLosses {
+		check("dlock.lost", "dlock.key.group=held,dlock.kind=lock,dlock.reason="+reason, n)
+	}
+	check("dlock.releases", "dlock.key.group=held,dlock.kind=lock,dlock.outcome=error", traffic.HeldReleaseErrors)
+	check("dlock.renewals", "dlock.key.group=held,dlock.kind=lock,dlock.outcome=not_held", 1)
+	check("dlock.reentries", "dlock.key.group=held,dlock.kind=lock,dlock.outcome=error", 1)
+	check("dlock.acquisitions", "dlock.key.group=held,dlock.kind=lock,dlock.mode=lock,dlock.outcome=degraded", 1)
 }
 
 func TestPermitsHoldActiveBackToZeroOnEveryPath(t *testing.T) {
@@ -449,5 +478,73 @@ func TestSpansEndedWhenCombinedWithAnotherTracer(t *testing.T) {
 		if ended[name] != 1 {
 			t.Errorf("span %s ended %d times, want 1 (ended spans: %v)", name, ended[name], ended)
 		}
+	}
+}
+
+// A re-entry adds the event "dlock.reenter" to the span current in its
+// context: the request's, which the held lock's Context carries.
+func TestReenterEventOnTheCurrentSpan(t *testing.T) {
+	obs, spans, tp := spanObserver(t)
+	locks := traffic.Start(t, obs).Locks
+	ctx, req := tp.Tracer("test").Start(context.Background(), "request")
+	l, err := locks.Lock(ctx, "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := locks.Lock(l.Context(), "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	req.End()
+	var events []string
+	for _, s := range spans.GetSpans().Snapshots() {
+		for _, ev := range s.Events() {
+			set := attribute.NewSet(ev.Attributes...)
+			level, _ := set.Value(dlockotel.Level)
+			out, _ := set.Value(dlockotel.Outcome)
+			events = append(events, fmt.Sprintf("%s: %s level=%d outcome=%s", s.Name(), ev.Name, level.AsInt64(), out.AsString()))
+		}
+	}
+	want := []string{"request: dlock.reenter level=2 outcome=reentered"}
+	if !slices.Equal(events, want) {
+		t.Errorf("span events %q, want %q", events, want)
+	}
+}
+
+// A failed acquisition's span has an error status with the error's
+// message, and records the error as an exception event.
+func TestFailedAcquireSpan(t *testing.T) {
+	obs, spans, _ := spanObserver(t)
+	rdb := redistest.Start(t).Client(t)
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	const key = "order:4711"
+	// Something else stored a string where the lock's hash goes.
+	if err := rdb.Set(ctx, "dlock:{"+key+"}", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = locks.Lock(ctx, key); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Lock = %v, want ErrWrongType", err)
+	}
+	snaps := spans.GetSpans().Snapshots()
+	if len(snaps) != 1 {
+		t.Fatalf("%d spans, want 1", len(snaps))
+	}
+	s := snaps[0]
+	if s.Status().Code != codes.Error || s.Status().Description != err.Error() {
+		t.Errorf("span %s status %v, want an error with %q", s.Name(), s.Status(), err.Error())
+	}
+	if ev := s.Events(); len(ev) != 1 || ev[0].Name != "exception" {
+		t.Errorf("span %s events %v, want the exception", s.Name(), ev)
 	}
 }

@@ -140,7 +140,14 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 
 	holds := scrape(t, reg, "dlock_hold_seconds")["group=order,kind=lock"]
 	gen.CheckHolds(holds.count, holds.sum)
+	// The inner Unlock of the re-entry records no hold time.
+	if n := scrape(t, reg, "dlock_hold_seconds")["group=invoice,kind=lock"].count; n != 2 {
+		t.Errorf("dlock_hold_seconds{group=invoice,kind=lock} count = %v, want 2", n)
+	}
 	waits := scrape(t, reg, "dlock_acquire_wait_seconds")
+	if n := waits["group=invoice,kind=lock,mode=trylock,outcome=not_obtained"].count; n != 1 {
+		t.Errorf("dlock_acquire_wait_seconds{group=invoice,kind=lock,mode=trylock,outcome=not_obtained} count = %v, want 1", n)
+	}
 	invoice := waits["group=invoice,kind=lock,mode=lock,outcome=acquired"]
 	gen.CheckInvoiceWaits(invoice.count, invoice.sum)
 	order := waits["group=order,kind=lock,mode=lock,outcome=acquired"]
@@ -167,6 +174,22 @@ func TestLocksHeldBackToZeroOnEveryPath(t *testing.T) {
 	traffic.Start(t, obs).Held(func(kind string) float64 {
 		return scrape(t, reg, "dlock_locks_held")["group=held,kind="+kind].value
 	})
+	// Each loss under its reason, each failed release as one, the
+	// renewal that found a lock gone, the failed re-entry and the degraded
+	// grant as one.
+	check := func(name, labels string, want float64) {
+		t.Helper()
+		if got := scrape(t, reg, name)[labels].value; got != want {
+			t.Errorf("%s{%s} = %v, want %v", name, labels, got, want)
+		}
+	}
+	for reason, n := range traffic.HeldLosses {
+		check("dlock_lost_total", "group=held,kind=lock,reason="+reason, n)
+	}
+	check("dlock_releases_total", "group=held,kind=lock,outcome=error", traffic.HeldReleaseErrors)
+	check("dlock_renewals_total", "group=held,kind=lock,outcome=not_held", 1)
+	check("dlock_reentries_total", "group=held,kind=lock,outcome=error", 1)
+	check("dlock_acquisitions_total", "group=held,kind=lock,mode=lock,outcome=degraded", 1)
 }
 
 func TestKeyGroups(t *testing.T) {

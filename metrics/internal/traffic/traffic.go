@@ -105,7 +105,8 @@ func (g *Generator) Orders(ctx context.Context) {
 // more, the holder re-enters the lock (one re-entry) and releases both
 // holds, and the waiter gets the lock and releases it. In group "invoice"
 // that makes 2 lock acquisitions, one of them waiting Wait or more, 3
-// releases and 1 re-entry, with nothing left pending.
+// releases (2 of them last Unlocks, which record a hold time; the inner
+// one records none) and 1 re-entry, with nothing left pending.
 func (g *Generator) Contend(pending func() float64) {
 	g.t.Helper()
 	ctx := context.Background()
@@ -245,9 +246,12 @@ func (g *Generator) Kinds(pending, renewals, lost func(kind string) float64) {
 // (the lock is given up) and is tried again and succeeds; Do, once plainly
 // and once with a release that fails; a loss found by the watchdog (the
 // lease runs out unrenewed), then Unlock; a re-entry and its two Unlocks;
-// a Semaphore's hold of 2 permits. held reads the test's gauge of locks
-// held (by kind, in group "held"): Held fails the test unless it reads 1
-// while each lock is held and 0 after each hold ended.
+// a Semaphore's hold of 2 permits; a lock removed from Redis, found gone
+// by a renewal, then re-entered (which fails) and Unlock; a lock granted
+// in the degraded mode, Redis being down. held reads the test's gauge of
+// locks held (by kind, in group "held"): Held fails the test unless it
+// reads 1 while each lock is held and 0 after each hold ended. The losses
+// and failed releases it makes are HeldLosses and HeldReleaseErrors.
 func (g *Generator) Held(held func(kind string) float64) {
 	g.t.Helper()
 	ctx := context.Background()
@@ -355,6 +359,61 @@ func (g *Generator) Held(held func(kind string) float64) {
 		g.t.Fatal(err)
 	}
 	want("semaphore", 0, "after the permits' Unlock")
+
+	// Removed from Redis behind its holder's back (an operator's DEL): the
+	// next renewal finds it gone, well before its lease would run out.
+	l = lock(g.Locks, "held:deleted", dlock.WithTTL(renewedTTL))
+	if err := g.rdb.Del(ctx, "dlock:{held:deleted}").Err(); err != nil {
+		g.t.Fatal(err)
+	}
+	testutil.WaitUntil(g.t, waitTimeout, "the loss to be counted", func() bool { return held("lock") == 0 })
+	if _, err := g.Locks.Lock(l.Context(), "held:deleted"); !errors.Is(err, dlock.ErrLockLost) {
+		g.t.Fatalf("re-entry of a lost lock = %v, want ErrLockLost", err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		g.t.Fatalf("Unlock of a lock removed from Redis = %v, want ErrNotHeld", err)
+	}
+	want("lock", 0, "after the removed lock's Unlock")
+
+	// Granted in-process only, Redis being down (the degraded mode): held
+	// all the same.
+	degraded := degradedClient(g.t, g.obs)
+	l = lock(degraded, "held:degraded")
+	if !l.Degraded() {
+		g.t.Fatal("Lock with Redis down in the degraded mode: not degraded")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		g.t.Fatal(err)
+	}
+	want("lock", 0, "after the degraded lock's Unlock")
+}
+
+// HeldLosses are the losses Held makes in group "held", kind "lock", by
+// reason: three locks the Client's Close ends, two failed releases (an
+// Unlock, a Do), a lease run out unrenewed and a lock a renewal found
+// removed. That renewal is Held's only one with outcome not_held; the
+// lost lock is then re-entered, Held's only re-entry that fails.
+var HeldLosses = map[string]float64{"closed": 3, "release_failed": 2, "expired": 1, "not_held": 1}
+
+// HeldReleaseErrors is the number of Unlock calls (a Do's included) that
+// Held makes fail, in group "held", kind "lock": their outcome is error.
+const HeldReleaseErrors = 2
+
+// degradedClient returns a Client in the degraded mode (LocalFallback)
+// reporting to obs, whose Redis is down: its locks are granted in-process
+// only.
+func degradedClient(t testing.TB, obs dlock.Observer) *dlock.Client {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb, dlock.WithObserver(obs), dlock.WithDegradedMode(dlock.LocalFallback))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	srv.Stop(t)
+	return c
 }
 
 // panicOnLost is an Observer whose Lost panics.
