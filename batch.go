@@ -173,8 +173,9 @@ func (b *batcher) runWaiting(ctx context.Context, ops *sync.WaitGroup, s *evalCa
 // ctx's end: waitingCall then returns an inFlightError, as a queued call
 // does once sent, and what f wrote is f's alone; else nil, once f ended.
 // f's own context is cancelled then, not before: go-redis does not try it
-// again (MaxRetries), which could take the lock after the queue-leaving
-// that waits for it has given up and released.
+// again (MaxRetries), which could take the lock, freed meanwhile, for a
+// token nobody holds until the queue-leaving that waits for it releases it
+// (and keep that leaving, and Close, waiting out every try).
 func waitingCall(ctx context.Context, ops *sync.WaitGroup, log *slog.Logger, f func(context.Context) error) error {
 	if ctx.Err() != nil || ctx.Done() == nil {
 		_ = f(ctx)

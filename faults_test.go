@@ -1135,23 +1135,17 @@ func TestWaiterCancelledMidRequestReturnsSoonWhileRedisHangs(t *testing.T) {
 
 // A check of a waiter that a cancelled caller no longer waits for is not
 // tried again by go-redis (MaxRetries) on the caller's behalf: made again
-// at the next ReadTimeout (4 s here, with go-redis's other defaults), past
-// the queue-leaving's wait for it (batchTimeout), it would take the lock
-// once the leaving's release had run, for a token nobody holds, and keep
-// everyone out for the whole lease. Here every try of the check goes over
-// a connection that went dead but the fourth, and the lock is free by then.
+// at the next ReadTimeout (4 s here, with go-redis's other defaults), once
+// the lock it waited for is free, it would take the lock for a token
+// nobody holds, until the queue-leaving that waits for the check released
+// it (and that leaving, and Close, would wait out every try). Here the
+// check's first try goes over a connection that went dead, and the lock is
+// free by the time a second would be made.
 func TestWaiterCancelledMidCheckIsNotRetriedPastItsLeaving(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	proxy := startProxy(t, srv.Addr())
-	ended := make(chan struct{}, 8)
-	var armed atomic.Bool
-	hook := scriptHook{after: map[string]func() error{acquireEval.sha: func() error {
-		if armed.Load() {
-			ended <- struct{}{}
-		}
-		return nil
-	}}}
+	hook := &cutCheck{proxy: proxy, cutting: make(chan (<-chan struct{}), 1), took: make(chan bool, 1)}
 	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 4 * time.Second})
 	t.Cleanup(func() { cut.Close() })
 	cut.AddHook(hook)
@@ -1169,33 +1163,46 @@ func TestWaiterCancelledMidCheckIsNotRetriedPastItsLeaving(t *testing.T) {
 		shard, _ := rdb.PubSubShardNumSub(ctx, ch).Result()
 		return rdb.ZCard(ctx, k.queue).Val() == 1 && shard[ch] == 1
 	})
-	// Each try of the check goes over a new connection: cut each but the
-	// fourth, which comes about 12 s on.
-	isCheck := func(b []byte) bool { return bytes.Contains(b, []byte(acquireEval.sha)) }
-	armed.Store(true)
-	testutil.Receive(t, proxy.DropOn(isCheck), 5*time.Second, "the check to be cut")
+	hook.armed.Store(true)
+	cutting := testutil.Receive(t, hook.cutting, 5*time.Second, "the next check to start")
+	testutil.Receive(t, cutting, 5*time.Second, "the check to be cut")
+	// The waiter's Lock returns about endedUnlockWait on, and the lock is
+	// free well before the check's first try times out.
 	cancelMidCheck(t, cancel, got, h)
-	stop := make(chan struct{})
-	cutting := make(chan struct{})
-	go func() {
-		defer close(cutting)
-		for range 2 {
-			select {
-			case <-proxy.DropOn(isCheck):
-			case <-stop:
-				return
-			}
-		}
-	}()
-	testutil.Receive(t, ended, 20*time.Second, "the check to end")
-	close(stop)
-	<-cutting
+	if testutil.Receive(t, hook.took, 20*time.Second, "the check to end") {
+		t.Errorf("the cancelled waiter's check was tried again once the lock was free, and took it for a token nobody holds")
+	}
 	left := make(chan struct{})
 	go func() { c.ops.Wait(); close(left) }()
 	testutil.Receive(t, left, 15*time.Second, "the waiter's leaving to end")
 	if _, err := other.TryLock(ctx, "dead"); err != nil {
 		owner, _ := rdb.HGetAll(ctx, k.lock).Result()
 		t.Fatalf("TryLock once the cancelled waiter left and its check ended = %v (lock %v)", err, owner)
+	}
+}
+
+// cutCheck, once armed, cuts the connection of the next acquire check's
+// first try at proxy (cutting gets DropOn's channel), and tells took
+// whether that check, go-redis's tries of it included, took the lock.
+type cutCheck struct {
+	testutil.PassHook
+	proxy   *tcpproxy.Proxy
+	armed   atomic.Bool
+	cutting chan (<-chan struct{})
+	took    chan bool
+}
+
+func (h *cutCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) < 2 || a[0] != "evalsha" || a[1] != &acquireEval.sha || !h.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		h.cutting <- h.proxy.DropOn(func(b []byte) bool { return bytes.Contains(b, []byte(acquireEval.sha)) })
+		err := next(ctx, cmd)
+		res, rerr := cmd.(*redis.Cmd).Slice()
+		h.took <- rerr == nil && len(res) > 0 && res[0] == int64(1)
+		return err
 	}
 }
 
