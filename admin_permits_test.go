@@ -86,6 +86,36 @@ func TestSemaphoreInspect(t *testing.T) {
 	}
 }
 
+// Inspect lists the holders oldest grant first, whatever order the
+// holders hash keeps: with values longer than 64 bytes (metadata) Redis
+// stores a hash as a table, whose order is not the grants'.
+func TestSemaphoreInspectListsHoldersByFence(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	ctx := context.Background()
+	const holders = 20
+	s := c.Semaphore("crowd", holders)
+	fences := make(map[string]uint64, holders)
+	for range holders {
+		l, err := s.TryAcquire(ctx, 1, WithoutRenewal(), WithMetadata(strings.Repeat("m", 100)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[l.Token()] = l.Fence()
+	}
+	info, err := s.Inspect(ctx)
+	if err != nil || len(info.Holders) != holders || info.InUse != holders {
+		t.Fatalf("Inspect = %d holders, %d in use, %v; want %d", len(info.Holders), info.InUse, err, holders)
+	}
+	for i, h := range info.Holders {
+		if h.Fence != fences[h.Owner] {
+			t.Fatalf("holder %s: fence %d, want its grant's %d", h.Owner, h.Fence, fences[h.Owner])
+		}
+		if i > 0 && h.Fence <= info.Holders[i-1].Fence {
+			t.Fatalf("holder %d has fence %d after %d: not oldest grant first", i, h.Fence, info.Holders[i-1].Fence)
+		}
+	}
+}
+
 // A holder whose permits were taken away, not renewed, learns of it at its
 // next call: Extend and TTL fail with ErrLockLost, Unlock with ErrNotHeld
 // and ErrLockLost, and its Context ends with ErrLockLost.

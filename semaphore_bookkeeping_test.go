@@ -188,6 +188,25 @@ func TestSemaphoreHoldersWithoutBookkeeping(t *testing.T) {
 	}
 }
 
+// Holders written by hand that hold more than the capacity leave no
+// permit free: Available says 0, not a negative count.
+func TestSemaphoreAvailableOfOverfullHolders(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("pool", 3)
+	key := semKeys(s).lock
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := now.Add(time.Minute).UnixMilli()
+	rdb.HSet(ctx, key, "aaaa", fmt.Sprintf("%d 2 3 7 0 meta", expiry), "bbbb", fmt.Sprintf("%d 2 3 8 0 meta", expiry))
+	rdb.PExpire(ctx, key, time.Minute)
+	if n, err := s.Available(ctx); err != nil || n != 0 {
+		t.Fatalf("Available with 4 permits of 3 held: %d, %v; want 0", n, err)
+	}
+}
+
 // checkSemState compares the bookkeeping of the holders hash at key with
 // its entries: used must be their permits' sum, soonest at or before the
 // earliest expiry, and no ':state' without entries.

@@ -139,6 +139,10 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		stuck, err := plain.Semaphore("stuck", 1).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		replica.Pause(t)
 		defer replica.Resume(t)
@@ -165,6 +169,14 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 			t.Fatalf("Available after a fail-closed hand-over = %d, %v; want 1", n, err)
 		}
 
+		// An operator's ForceRelease is reported as a release is.
+		if err := c.Semaphore("stuck", 1).ForceRelease(ctx, stuck.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if rep := reports.first(stuck.Token()); rep.Op != "force release" || rep.Key != "stuck" || rep.Wanted != 1 {
+			t.Errorf("report of the unacknowledged ForceRelease: %+v", rep)
+		}
+
 		unackedLeasesLost(t, &reports, renewed, fixed, func(l *Lock) time.Duration {
 			return entryLease(t, rdb, c.Semaphore(l.Key(), 2), l.Token())
 		})
@@ -179,6 +191,73 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 			t.Errorf("no warning with the kind logged:\n%s", out)
 		}
 	})
+}
+
+// Permits handed over while the waiter's check is in flight (the replica
+// down, the message missed) are found by its next check, which must set
+// the full lease itself (ARGV[10]) in the write its WAIT covers, as for a
+// lock (TestReplicaAckHandOverDuringCheck): the waiter gets the very
+// permits it was handed, not new ones taken after those lapsed.
+func TestSemaphoreReplicaAckHandOverDuringCheck(t *testing.T) {
+	ctx := context.Background()
+	master, replica := redistest.StartReplicated(t)
+	rdb := master.Client(t)
+	const timeout, queueTTL = 1500 * time.Millisecond, time.Second
+	holder := newClientOn(t, rdb)
+	check := &heldCheck{sha: permitsAcquireScript.Hash(), release: make(chan struct{})}
+	waiter, wrdb := hookedClient(t, master.Addr(), check, WithQueueTTL(queueTTL), WithReplicaAck(1, timeout, AcceptAndReport))
+	// Cached, as hookedClient does the lock's: none is sent twice.
+	if err := permitsAcquireScript.Load(ctx, wrdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica.Pause(t)
+	defer replica.Resume(t)
+
+	s := holder.Semaphore("in-check", 1)
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check.armed.Store(true)
+	ws := waiter.Semaphore("in-check", 1)
+	got := inBackground(func() (*Lock, error) { return ws.Acquire(ctx, 1, WithTTL(20*time.Second)) })
+	// The first check has queued the waiter; its reply waits for the
+	// hand-over, sent before the waiter subscribes: the message is missed.
+	waitUntil(t, 10*time.Second, "the waiter to queue", func() bool { return rdb.ZCard(ctx, semKeys(s).queue).Val() == 1 })
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Inspect(ctx)
+	if err != nil || len(info.Holders) != 1 {
+		t.Fatalf("no permits handed over: %+v, %v", info, err)
+	}
+	// The reply arrives late, so that the next check runs half a WAIT
+	// before the hand-over's lease runs out, and answers half a WAIT after.
+	late := time.AfterFunc(queueTTL+waitLate+timeout/2, func() { close(check.release) })
+	defer late.Stop()
+	// Two WAITs and a queue TTL away: longer than received's bound.
+	var w *Lock
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("Acquire by hand-over = %v", r.err)
+		}
+		w = r.l
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter handed the permits got nothing within 30s")
+	}
+	defer func() { _ = w.Unlock(ctx) }()
+	if w.Fence() != info.Holders[0].Fence {
+		t.Fatalf("waiter holds fence %d, was handed %d: the hand-over lapsed before the waiter took it", w.Fence(), info.Holders[0].Fence)
+	}
+	// Redis holds them for the lease the waiter trusts, not for what was
+	// left of the hand-over's.
+	if d := entryLease(t, rdb, ws, w.Token()); d < 15*time.Second {
+		t.Fatalf("lease on the master right after the grant = %v, want about the full 20s", d)
+	}
+	if err := w.Context().Err(); err != nil {
+		t.Fatal(context.Cause(w.Context()))
+	}
 }
 
 // A check that finds permits handed over lengthens them to the full lease

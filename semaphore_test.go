@@ -562,6 +562,20 @@ func TestLateGrantOfPermitsNamesTheirSemaphore(t *testing.T) {
 	}
 }
 
+// A lock's loss says ErrLockLost's own words: only permits name their
+// semaphore (lostErr), so a lock and a semaphore of one name stay apart.
+func TestLostLockDoesNotReadAsPermits(t *testing.T) {
+	c, _, _ := newTestClient(t)
+	l, err := c.Lock(context.Background(), "k", WithTTL(100*time.Millisecond), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) || strings.Contains(cause.Error(), "permits") {
+		t.Errorf("the lost lock's Context cause = %v, want ErrLockLost, not lost permits", cause)
+	}
+}
+
 func TestSemaphoreExtendAndTTL(t *testing.T) {
 	c, _, _ := newTestClient(t)
 	ctx := context.Background()

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -1163,9 +1164,11 @@ func replicaAckWaiterKeepsPlace(t *testing.T, timeout time.Duration) {
 // heldCheck holds back the reply of the first acquire check pipelined once
 // armed (the script has run and its WAIT answered) until release is
 // closed: the check is in flight, for the client, all that time.
-// held, if not nil, is closed when the holding begins.
+// held, if not nil, is closed when the holding begins. sha is the
+// acquire script held: the lock's if empty.
 type heldCheck struct {
 	testutil.PassHook
+	sha     string
 	armed   atomic.Bool
 	held    chan struct{}
 	release chan struct{}
@@ -1174,7 +1177,8 @@ type heldCheck struct {
 func (h *heldCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if a := cmds[0].Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == acquireScript.Hash() && h.armed.CompareAndSwap(true, false) {
+		sha := cmp.Or(h.sha, acquireScript.Hash())
+		if a := cmds[0].Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == sha && h.armed.CompareAndSwap(true, false) {
 			if h.held != nil {
 				close(h.held)
 			}
