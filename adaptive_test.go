@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,6 +158,17 @@ func TestAdaptiveLeaseBounds(t *testing.T) {
 	if d := huge.lease(backend.HoldStats{Mean: 50 * time.Millisecond, Dev: 10 * time.Millisecond, Samples: 5}); d != time.Hour {
 		t.Errorf("lease with margin 1.02e11 and max 1h = %v, want 1h", d)
 	}
+	// margin × (average + 4 × deviation), plus the drift margin.
+	const want = 2 * (100*time.Millisecond + 4*50*time.Millisecond)
+	if d := (&adaptiveConfig{margin: 2}).lease(backend.HoldStats{Mean: 100 * time.Millisecond, Dev: 50 * time.Millisecond, Samples: 3}); d != want+backend.Drift(want) {
+		t.Errorf("lease for holds of 100ms ± 50ms with margin 2 = %v, want %v", d, want+backend.Drift(want))
+	}
+	// A margin of 1 is the least allowed, not refused.
+	one, err := c.Lock(ctx, "margin1", WithoutRenewal(), WithAdaptiveTTL(1, 0))
+	if err != nil {
+		t.Fatalf("Lock with an adaptive margin of 1 = %v", err)
+	}
+	_ = one.Unlock(ctx)
 	for _, bad := range []struct {
 		opts []LockOption
 		want error
@@ -304,6 +316,50 @@ func TestHoldStatsUnreadableStartAgain(t *testing.T) {
 		if s.Samples != 1 || s.Mean > time.Second {
 			t.Errorf("stats %v: after a hold = %+v (hash %v), want 1 sample of this hold", bad, s, rdb.HGetAll(ctx, statsKey(c.keys(key))).Val())
 		}
+	}
+}
+
+// failFirst is a go-redis hook that fails the first command named name,
+// without sending it.
+type failFirst struct {
+	testutil.PassHook
+	name string
+	once *sync.Once
+}
+
+func (h failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		failed := false
+		if cmd.Name() == h.name {
+			h.once.Do(func() { failed = true })
+		}
+		if failed {
+			err := errors.New("connection reset by peer")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An acquisition whose hold statistics could not be read takes the fixed
+// lease, and its hold time is still recorded at release.
+func TestAdaptiveHoldRecordedAfterUnreadableStats(t *testing.T) {
+	srv := redistest.Start(t)
+	hooked := srv.Client(t)
+	hooked.AddHook(failFirst{name: "hmget", once: &sync.Once{}})
+	c := newClientOn(t, hooked)
+	ctx := context.Background()
+	l := mustLock(t, c, "unread", WithoutRenewal(), WithTTL(5*time.Second), WithAdaptiveTTL(2, 0))
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.be.(*node).HoldStats(ctx, "unread")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Samples != 1 {
+		t.Errorf("stats after a hold whose statistics were not read = %+v, want that hold recorded", s)
 	}
 }
 

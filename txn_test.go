@@ -369,7 +369,7 @@ func (h onCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // A Lock given up on this side while Txn checks it (here by Close, which
 // leaves the lock in Redis until its lease runs out) writes nothing,
-// although Redis still names it the holder.
+// although Redis still names it the holder, and fn is not called.
 func TestTxnOfALockEndedHereAppliesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -378,12 +378,17 @@ func TestTxnOfALockEndedHereAppliesNothing(t *testing.T) {
 	c := newClientOn(t, hooked)
 	l := mustLock(t, c, "ended", WithTTL(time.Minute))
 	hooked.AddHook(onCommand{name: "hexists", do: &sync.Once{}, fn: func() { c.Close() }})
+	called := false
 	err := l.Txn(ctx, func(pipe redis.Pipeliner) error {
+		called = true
 		pipe.Set(ctx, l.SlotKey("data"), "x", 0)
 		return nil
 	})
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("Txn of a Lock closed during its check = %v, want ErrClosed", err)
+	}
+	if called {
+		t.Error("fn was called for a Lock that had ended")
 	}
 	if rdb.Exists(ctx, l.SlotKey("data")).Val() != 0 {
 		t.Fatal("applied although the Lock had ended")
