@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testutil"
 )
 
@@ -27,18 +28,26 @@ func inflight(c *Client) (running, queued int) {
 	return b.inflight, len(b.pending)
 }
 
+// batchedBehindProxy returns a Client whose calls go through proxy (which
+// a test freezes to keep them in flight), its scripts loaded and its
+// connection made, and a client of the same server that bypasses proxy.
+func batchedBehindProxy(t *testing.T) (*Client, *tcpproxy.Proxy, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv.Addr())
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
+	t.Cleanup(func() { cut.Close() })
+	c := newClientOn(t, cut)
+	mustLock(t, c, "warm").Unlock(context.Background())
+	return c, proxy, srv.Client(t)
+}
+
 // Calls made while both slots are busy wait in the queue and leave
 // together; one whose context ends before it was sent is dropped, so it
 // can never take a lock after its caller gave up.
 func TestBatchQueuesAndDropsCancelledCalls(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := startProxy(t, srv.Addr())
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
-	defer cut.Close()
-	c := newClientOn(t, cut)
-	rdb := srv.Client(t)
+	c, proxy, rdb := batchedBehindProxy(t)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
 
 	proxy.Freeze()
 	var wg sync.WaitGroup
@@ -103,14 +112,8 @@ func TestBatchQueuesAndDropsCancelledCalls(t *testing.T) {
 // their own replies, not its error. A TryLock taken in Redis but reported
 // as failed would leave the lock held by nobody until its lease ran out.
 func TestBatchedCallsErrorIsItsOwn(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := startProxy(t, srv.Addr())
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Second})
-	defer cut.Close()
-	c := newClientOn(t, cut)
-	rdb := srv.Client(t)
+	c, proxy, rdb := batchedBehindProxy(t)
 	ctx := context.Background()
-	mustLock(t, c, "warm").Unlock(ctx) // scripts loaded, connection made
 	rdb.Set(ctx, c.keys("str").lock, "not a lock", 0)
 
 	proxy.Freeze()

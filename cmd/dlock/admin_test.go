@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testutil"
 )
 
 // adminServer starts a server of the test's own (list must see only the
@@ -190,6 +191,22 @@ func TestReleaseForce(t *testing.T) {
 	}
 }
 
+// startFrozenOn starts dlock with args on srv through a proxy that
+// freezes at the first bytes, either way, that contain match, and returns
+// once it has (what names that moment), with the proxy to thaw.
+func startFrozenOn(t *testing.T, srv *redistest.Server, match, what string, args ...string) (*proc, *tcpproxy.Proxy) {
+	t.Helper()
+	proxy, err := tcpproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	frozen := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(match)) })
+	p := start(t, nil, append([]string{"--redis", redisURL(proxy.Addr())}, args...)...)
+	testutil.Receive(t, frozen, processTimeout, what)
+	return p, proxy
+}
+
 // TestReleaseForceChangedHands: release --force removes the holder it read
 // and prints, or nothing. Here the lock changes hands between the two: the
 // proxy holds back the reply that shows the old holder while that one
@@ -204,19 +221,7 @@ func TestReleaseForceChangedHands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	read := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(old.Token())) })
-
-	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "release", "--force", "k")
-	select {
-	case <-read:
-	case <-time.After(processTimeout):
-		t.Fatal("release --force never read the lock")
-	}
+	p, proxy := startFrozenOn(t, srv, old.Token(), "release --force to read the lock", "release", "--force", "k")
 	if err := old.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -255,19 +260,7 @@ func TestListLongLeavesOutALockReleasedSinceScan(t *testing.T) {
 	if _, err := c.Lock(ctx, "kept"); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	scanned := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte("{gone-since-scan}")) })
-
-	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "list", "--long")
-	select {
-	case <-scanned:
-	case <-time.After(processTimeout):
-		t.Fatal("list --long never scanned the lock")
-	}
+	p, proxy := startFrozenOn(t, srv, "{gone-since-scan}", "list --long to scan the lock", "list", "--long")
 	if err := gone.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -294,19 +287,8 @@ func TestReleaseForcePermitsGoneSinceRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := tcpproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	read := proxy.FreezeOn(func(b []byte) bool { return bytes.Contains(b, []byte(old.Token())) })
-
-	p := start(t, nil, "--redis", redisURL(proxy.Addr()), "release", "--force", "--capacity", "1", "--owner", old.Token(), "enc")
-	select {
-	case <-read:
-	case <-time.After(processTimeout):
-		t.Fatal("release --force never read the semaphore")
-	}
+	p, proxy := startFrozenOn(t, srv, old.Token(), "release --force to read the semaphore",
+		"release", "--force", "--capacity", "1", "--owner", old.Token(), "enc")
 	if err := old.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

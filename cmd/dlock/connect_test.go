@@ -18,19 +18,7 @@ func TestURLProtocolReachesEveryDeployment(t *testing.T) {
 		{"cluster", connFlags{url: "redis://?protocol=2", cluster: []string{"localhost:7000"}}},
 		{"sentinel", connFlags{url: "redis://?protocol=2", sentinelMaster: "m", sentinels: []string{"localhost:26379"}}},
 	} {
-		rdb, _, err := tc.f.redisClient()
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var got int
-		switch c := rdb.(type) {
-		case *redis.Client:
-			got = c.Options().Protocol
-		case *redis.ClusterClient:
-			got = c.Options().Protocol
-		}
-		rdb.Close()
-		if got != 2 {
+		if got := builtOptions(t, tc.f).Protocol; got != 2 {
 			t.Errorf("%s: protocol %d, want 2", tc.name, got)
 		}
 	}
@@ -51,20 +39,27 @@ func TestPoolSizeTheCommandNeeds(t *testing.T) {
 		{"cluster", connFlags{url: "redis://", cluster: []string{"localhost:7000"}, poolSize: 1003}, 1003},
 		{"sentinel", connFlags{url: "redis://", sentinelMaster: "m", sentinels: []string{"localhost:26379"}, poolSize: 1003}, 1003},
 	} {
-		rdb, _, err := tc.f.redisClient()
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var got int
-		switch c := rdb.(type) {
-		case *redis.Client:
-			got = c.Options().PoolSize
-		case *redis.ClusterClient:
-			got = c.Options().PoolSize
-		}
-		rdb.Close()
-		if got != tc.want {
+		if got := builtOptions(t, tc.f).PoolSize; got != tc.want {
 			t.Errorf("%s: pool size %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// builtOptions returns the options of the client f builds (a Sentinel's
+// is a Client), without connecting it.
+func builtOptions(t *testing.T, f connFlags) redis.UniversalOptions {
+	t.Helper()
+	rdb, _, err := f.redisClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return redis.UniversalOptions{Protocol: c.Options().Protocol, PoolSize: c.Options().PoolSize}
+	case *redis.ClusterClient:
+		return redis.UniversalOptions{Protocol: c.Options().Protocol, PoolSize: c.Options().PoolSize}
+	}
+	t.Fatalf("client of type %T", rdb)
+	return redis.UniversalOptions{}
 }
