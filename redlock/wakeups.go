@@ -70,7 +70,10 @@ type channel struct {
 	confirmed  []bool // per node: the subscription is in effect
 	nconfirmed int
 	gen        uint64 // changes whenever the waiters are woken
-	idle       *time.Timer
+	// quorumAt is the generation at which the subscription last reached
+	// a majority (0: never).
+	quorumAt uint64
+	idle     *time.Timer
 }
 
 // waiter is one goroutine waiting for a lock.
@@ -160,8 +163,11 @@ func (h *hub) snapshot(name string) (uint64, bool) {
 
 // join registers a waiter on a channel after a failed attempt; gen and
 // confirmed are the snapshot taken before the attempts began. If a release
-// may have been missed since, the waiter starts woken. It returns nil once
-// the hub is closed.
+// may have been missed since, the waiter starts woken: subscribed on a
+// majority then, if the waiters were woken since; else, if the
+// subscription reached a majority since, even if it lost it again (a
+// node's connection broke): that wake-up came before the waiter joined.
+// It returns nil once the hub is closed.
 func (h *hub) join(name string, gen uint64, confirmed bool) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -194,8 +200,9 @@ func (h *hub) join(name string, gen uint64, confirmed bool) *waiter {
 	}
 	w := &waiter{h: h, c: c, wake: make(chan struct{}, 1), trying: true}
 	c.waiters[w] = struct{}{}
-	atQuorum := c.nconfirmed >= h.b.quorum
-	if (confirmed && c.gen != gen) || (!confirmed && atQuorum) {
+	// Generations are h.seq values, so gen compares with a channel made
+	// after the snapshot too.
+	if (confirmed && c.gen != gen) || (!confirmed && c.quorumAt > gen) {
 		w.wake <- struct{}{}
 	}
 	return w
@@ -268,6 +275,7 @@ func (h *hub) confirmed(s *nodeSub, name string) {
 	if c.nconfirmed++; c.nconfirmed == h.b.quorum {
 		// Releases before now may have been missed: check again.
 		h.wakeAll(c, "")
+		c.quorumAt = c.gen
 	}
 }
 
