@@ -107,7 +107,8 @@ func TestForceReleaseExpectedOwner(t *testing.T) {
 	if info, err := c.Inspect(ctx, "k"); err != nil || !info.Held || info.Owner != taker.Token() {
 		t.Fatalf("the new holder lost the lock: %+v, %v", info, err)
 	}
-	if err := c.ForceRelease(ctx, "k", WithExpectedOwner(taker.Token())); err != nil {
+	// A nil option is skipped, as List's are.
+	if err := c.ForceRelease(ctx, "k", nil, WithExpectedOwner(taker.Token())); err != nil {
 		t.Fatalf("ForceRelease expecting the holder = %v", err)
 	}
 	if info, err := c.Inspect(ctx, "k"); err != nil || info.Held {
@@ -116,11 +117,14 @@ func TestForceReleaseExpectedOwner(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
-	c, _, _ := newTestClient(t)
+	c, rdb, _ := newTestClient(t)
 	ctx := context.Background()
 	for _, k := range []string{"order:1", "order:2", "job:x"} {
 		mustLock(t, c, k)
 	}
+	// Other data than a hash at a lock's name is not listed: SCAN filters
+	// by type.
+	rdb.Set(ctx, c.keys("order:str").lock, "other data", 0)
 	all, err := c.List(ctx, "")
 	if err != nil || !reflect.DeepEqual(all, []string{"job:x", "order:1", "order:2"}) {
 		t.Errorf("List() = %v, %v", all, err)
@@ -297,6 +301,31 @@ func TestInspectCountsLiveWaitersOnly(t *testing.T) {
 	}
 }
 
+// Inspect reads a lock as it is after an Extend, which keeps its number in
+// the lock's hash (':ext'): the holder is still the lock's token, held
+// once. A lock whose expiry someone removed (PERSIST) reads a TTL of 0, as
+// LockInfo says, not PTTL's -1 ms.
+func TestInspectAfterExtendAndPersist(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "ext")
+	defer l.Unlock(ctx)
+	if err := l.Extend(ctx, 2*DefaultTTL); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Inspect(ctx, "ext")
+	if err != nil || !info.Held || info.Owner != l.Token() || info.HoldCount != 1 || info.TTL <= DefaultTTL || info.TTL > 2*DefaultTTL {
+		t.Errorf("Inspect after Extend = %+v, %v; want held once by %s, with the extended lease", info, err, l.Token())
+	}
+	if !rdb.Persist(ctx, c.keys("ext").lock).Val() {
+		t.Fatal("PERSIST did not remove the lock's expiry")
+	}
+	info, err = c.Inspect(ctx, "ext")
+	if err != nil || !info.Held || info.Owner != l.Token() || info.TTL != 0 {
+		t.Errorf("Inspect of a lock without expiry = %+v, %v; want held, TTL 0", info, err)
+	}
+}
+
 // A hash at a lock's name without ':fence' is not a lock: Lock, TryLock and
 // ForceRelease say ErrWrongType (TestWrongTypeKey). Inspect must say so too,
 // not report it held by "the token" named after one of its fields, with no
@@ -335,7 +364,7 @@ func TestListPatternEndsAsInRedis(t *testing.T) {
 		defer mustLock(t, c, k).Unlock(ctx)
 		plain.Set(ctx, k, 1, 0)
 	}
-	for _, pattern := range []string{`a\`, `*\`, `a\\`, `a\]`, "a[]]", "a[]", "[a]?", "a*"} {
+	for _, pattern := range []string{`a\`, `*\`, `a\\`, `a\]`, "a[]]", "a[]", "[a]?", "a*", "a[^-]", "a[^]]"} {
 		want, err := plain.Keys(ctx, pattern).Result()
 		if err != nil {
 			t.Fatal(err)

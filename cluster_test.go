@@ -2412,3 +2412,69 @@ func isAskError(err error) bool {
 	_, ask := redis.IsAskError(err)
 	return ask
 }
+
+// When a waited lock's slot moves, rebind subscribes again the channels of
+// that lock's shard alone, and closes the shard's old connection, which the
+// server left open with no subscription. Another channel of the Client's,
+// subscribed on a shard of its own, must not be subscribed once more on
+// the new connection (here both on the same master, where that would
+// succeed unseen: each hand-over would then come twice, and the channel
+// would stay subscribed after its own shard is dropped).
+func TestClusterRebindSubscribesOnlyItsOwnChannels(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := cl.Client(t)
+	c := newClientOn(t, cc)
+	waiting := newClientOn(t, cl.Client(t), WithQueueTTL(time.Minute))
+	const moving = "rebind"
+	staying := keyOffMaster(t, cc, c, moving)
+	src, dst := masterOf(t, cc, c, moving), masterOf(t, cc, c, staying)
+	lm := mustLock(t, c, moving, WithTTL(20*time.Second))
+	ls := mustLock(t, c, staying, WithTTL(20*time.Second))
+	gotM, gotS := lockAsync(ctx, waiting, moving), lockAsync(ctx, waiting, staying)
+	srcNode := redis.NewClient(&redis.Options{Addr: src})
+	defer srcNode.Close()
+	dstNode := redis.NewClient(&redis.Options{Addr: dst})
+	defer dstNode.Close()
+	chM, chS := waiting.wakeChannel(moving), waiting.wakeChannel(staying)
+	subscribed := func(node *redis.Client, ch string) int64 {
+		subs, _ := node.PubSubShardNumSub(ctx, ch).Result()
+		return subs[ch]
+	}
+	waitUntil(t, 5*time.Second, "both waiters to subscribe", func() bool {
+		return subscribed(srcNode, chM) == 1 && subscribed(dstNode, chS) == 1
+	})
+	// The moved waiter's connection to the source: the one there with a
+	// sharded subscription.
+	conns := func(node *redis.Client) []string {
+		list, err := node.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(list, "\n")
+	}
+	var old string
+	for _, line := range conns(srcNode) {
+		if strings.Contains(line, " ssub=1 ") {
+			old, _, _ = strings.Cut(line, " ") // id=N
+		}
+	}
+	if old == "" {
+		t.Fatal("no subscribed connection on the source master")
+	}
+
+	cl.MigrateSlot(t, int(cc.ClusterKeySlot(ctx, c.keys(moving).lock).Val()), src, dst, nil)
+	waitUntil(t, 5*time.Second, "the moved waiter's subscription on the new master", func() bool {
+		return subscribed(dstNode, chM) == 1
+	})
+	waitUntil(t, 5*time.Second, "the old connection to close", func() bool {
+		return !slices.ContainsFunc(conns(srcNode), func(line string) bool { return strings.HasPrefix(line, old+" ") })
+	})
+	// The hand-over comes on the new connection, which then has every
+	// subscription rebind sent on it.
+	releaseAndWaitHandOver(t, lm, gotM, "after the migration")
+	if n := subscribed(dstNode, chS); n != 1 {
+		t.Errorf("the other waiter's channel has %d subscriptions on its master, want 1 (its own)", n)
+	}
+	releaseAndWaitHandOver(t, ls, gotS, "the other lock")
+}

@@ -593,8 +593,11 @@ func TestExtendWaitingForRenewalSeesLoss(t *testing.T) {
 // token does not hold the lock. The holder learns of the loss then, as
 // when the key is gone (TestRestartLossKnownAtNextRenewal), not only when
 // its lease runs out after a lease's worth of renewals "without answer".
+// The Observer hears it as such: not held, with no error (RenewEvent.Err
+// is for RenewNoAnswer).
 func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
-	c, rdb, _ := newTestClient(t)
+	rec := &recorder{}
+	c, rdb, _ := newTestClient(t, WithObserver(rec))
 	ctx := context.Background()
 	const ttl = 3 * time.Second // renewed every 1 s; deadline ~2.97 s
 	l := mustLock(t, c, "wrong-type", WithTTL(ttl))
@@ -613,6 +616,13 @@ func TestRenewalFindingWrongTypeKeyIsLoss(t *testing.T) {
 	}
 	if strings.Contains(cause.Error(), "ran out") {
 		t.Errorf("a renewal found the key holding another value, yet the lock was lost only at its deadline: %v", cause)
+	}
+	// Reported before the loss ends the lock's Context.
+	rec.mu.Lock()
+	renews := slices.Clone(rec.renews)
+	rec.mu.Unlock()
+	if n := len(renews); n == 0 || renews[n-1].Outcome != RenewNotHeld || renews[n-1].Err != nil {
+		t.Errorf("renewals %+v: want the last not held, without an error", renews)
 	}
 	if got := rdb.Get(ctx, key).Val(); got != "not a lock" {
 		t.Errorf("the foreign value was changed to %q", got)
