@@ -1468,6 +1468,34 @@ func TestInnerUnlockMeetingOuterRelease(t *testing.T) {
 	}
 }
 
+// A nested Do whose release meets the outer Unlock's (under way) returns
+// the release's error, not held, and no loss: the lock was released, which
+// Do does not report as its own error.
+func TestNestedDoMeetingOuterRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	held := newHeldCall(nil) // the outer release ran in Redis; its reply is held back
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{releaseEval.sha: held.run}})
+	outer := mustLock(t, c, "nested-do", WithTTL(30*time.Second))
+	var wg sync.WaitGroup
+	var outerErr error
+	err := c.Do(outer.Context(), "nested-do", func(context.Context) error {
+		held.arm()
+		wg.Add(1)
+		go func() { defer wg.Done(); outerErr = outer.Unlock(ctx) }()
+		<-held.reached
+		return nil
+	})
+	held.release()
+	wg.Wait()
+	if outerErr != nil {
+		t.Errorf("outer Unlock = %v, want nil", outerErr)
+	}
+	if !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+		t.Errorf("nested Do during the outer Unlock = %v, want ErrNotHeld and no loss", err)
+	}
+}
+
 // Client.Close wakes the waiters, which then leave the queue on their own
 // (node_acquire.go abandon). The Redis client is the caller's, closed
 // right after Close as `defer rdb.Close(); defer c.Close()` does: if Close
