@@ -387,33 +387,8 @@ func TestKeyInSpansIsValidUTF8(t *testing.T) {
 // a failed acquisition's span must not carry the key in its status or its
 // exception event either.
 func TestWithoutKeyInSpansOnError(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	obs, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithoutKeyInSpans())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redistest.Start(t).Client(t)
-	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locks.Close()
-	ctx := context.Background()
 	const key = "secret:4711"
-	// Something else stored a string where the lock's hash goes.
-	if err := rdb.Set(ctx, "dlock:{"+key+"}", "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.Lock(ctx, key); !errors.Is(err, dlock.ErrWrongType) {
-		t.Fatalf("Lock = %v, want ErrWrongType", err)
-	}
-	snaps := spans.GetSpans().Snapshots()
-	if len(snaps) != 1 {
-		t.Fatalf("%d spans, want 1", len(snaps))
-	}
-	s := snaps[0]
+	s, _ := failedAcquireSpan(t, key, dlockotel.WithoutKeyInSpans())
 	if s.Status().Description != dlock.ErrWrongType.Error() {
 		t.Errorf("span %s status %q, want the error's kind %q", s.Name(), s.Status().Description, dlock.ErrWrongType.Error())
 	}
@@ -520,7 +495,21 @@ func TestReenterEventOnTheCurrentSpan(t *testing.T) {
 // A failed acquisition's span has an error status with the error's
 // message, and records the error as an exception event.
 func TestFailedAcquireSpan(t *testing.T) {
-	obs, spans, _ := spanObserver(t)
+	s, err := failedAcquireSpan(t, "order:4711")
+	if s.Status().Code != codes.Error || s.Status().Description != err.Error() {
+		t.Errorf("span %s status %v, want an error with %q", s.Name(), s.Status(), err.Error())
+	}
+	if ev := s.Events(); len(ev) != 1 || ev[0].Name != "exception" {
+		t.Errorf("span %s events %v, want the exception", s.Name(), ev)
+	}
+}
+
+// failedAcquireSpan has Lock fail on key, whose name holds a string, under
+// an Observer made with opts, and returns the one span it left, and Lock's
+// error.
+func failedAcquireSpan(t *testing.T, key string, opts ...dlockotel.Option) (sdktrace.ReadOnlySpan, error) {
+	t.Helper()
+	obs, spans, _ := spanObserver(t, opts...)
 	rdb := redistest.Start(t).Client(t)
 	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
 	if err != nil {
@@ -528,8 +517,6 @@ func TestFailedAcquireSpan(t *testing.T) {
 	}
 	defer locks.Close()
 	ctx := context.Background()
-	const key = "order:4711"
-	// Something else stored a string where the lock's hash goes.
 	if err := rdb.Set(ctx, "dlock:{"+key+"}", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -540,11 +527,5 @@ func TestFailedAcquireSpan(t *testing.T) {
 	if len(snaps) != 1 {
 		t.Fatalf("%d spans, want 1", len(snaps))
 	}
-	s := snaps[0]
-	if s.Status().Code != codes.Error || s.Status().Description != err.Error() {
-		t.Errorf("span %s status %v, want an error with %q", s.Name(), s.Status(), err.Error())
-	}
-	if ev := s.Events(); len(ev) != 1 || ev[0].Name != "exception" {
-		t.Errorf("span %s events %v, want the exception", s.Name(), ev)
-	}
+	return snaps[0], err
 }
