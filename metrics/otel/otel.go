@@ -342,8 +342,13 @@ var errorKinds = []error{dlock.ErrWrongType, dlock.ErrNotObtained, dlock.ErrLock
 	dlock.ErrClosed, context.DeadlineExceeded, context.Canceled}
 
 // spanError marks span as failed with err, or only with err's kind under
-// WithoutKeyInSpans.
+// WithoutKeyInSpans. err is nil in an event made by hand that says only
+// its outcome: the span is marked failed all the same.
 func (o *Observer) spanError(span trace.Span, err error) {
+	if err == nil {
+		span.SetStatus(codes.Error, "dlock: error")
+		return
+	}
 	if o.keyInSpans {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -529,3 +529,24 @@ func failedAcquireSpan(t *testing.T, key string, opts ...dlockotel.Option) (sdkt
 	}
 	return snaps[0], err
 }
+
+// An event made by hand (a test of the caller's own Observer chain) that
+// says it failed but carries no error still ends its span as failed,
+// without a panic.
+func TestFailedEventWithoutError(t *testing.T) {
+	obs, spans, _ := spanObserver(t)
+	ctx := context.Background()
+	actx := obs.AcquireStart(ctx, dlock.AcquireStartEvent{Key: "order:1", Kind: "lock"})
+	obs.AcquireEnd(actx, dlock.AcquireEndEvent{Key: "order:1", Kind: "lock", Outcome: dlock.AcquireError})
+	rctx := obs.ReleaseStart(ctx, dlock.ReleaseStartEvent{Key: "order:1", Kind: "lock"})
+	obs.ReleaseEnd(rctx, dlock.ReleaseEndEvent{Key: "order:1", Kind: "lock", Outcome: dlock.ReleaseError})
+	snaps := spans.GetSpans().Snapshots()
+	if len(snaps) != 2 {
+		t.Fatalf("%d spans, want 2", len(snaps))
+	}
+	for _, s := range snaps {
+		if s.Status().Code != codes.Error {
+			t.Errorf("span %s status %v, want an error", s.Name(), s.Status())
+		}
+	}
+}
