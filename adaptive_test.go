@@ -363,6 +363,27 @@ func TestAdaptiveHoldRecordedAfterUnreadableStats(t *testing.T) {
 	}
 }
 
+// A hold whose release failed is not recorded: the lock may still be
+// held, to the end of its lease, and that hold is not one its holder
+// timed.
+func TestAdaptiveHoldNotRecordedWhenReleaseFails(t *testing.T) {
+	srv := redistest.Start(t)
+	errInjected := errors.New("injected release failure")
+	c, _ := hookedClient(t, srv.Addr(), scriptHook{before: map[string]func() error{releaseEval.sha: func() error { return errInjected }}})
+	ctx := context.Background()
+	l := mustLock(t, c, "unreleased", WithoutRenewal(), WithTTL(5*time.Second), WithAdaptiveTTL(2, 0))
+	if err := l.Unlock(ctx); !errors.Is(err, errInjected) {
+		t.Fatalf("Unlock = %v, want the injected failure", err)
+	}
+	s, err := c.be.(*node).HoldStats(ctx, "unreleased")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Samples != 0 {
+		t.Errorf("stats after a hold whose release failed = %+v, want none recorded", s)
+	}
+}
+
 // lockQueued takes key's adaptive lock with waiter in a goroutine (queued
 // behind a plain lock, which records nothing), holds it for work once
 // granted and unlocks. The channel gets when Lock returned, and Lock's or
