@@ -12,8 +12,8 @@ import (
 )
 
 // Contended locks of distinct keys leave no subscription on the nodes once
-// their linger is over, and no key but the fence counters, which are kept
-// for good (docs/safety.md, Fencing over Redlock).
+// their linger is over, and no key but the fence counters, which expire a
+// day after their last fence (docs/safety.md, Fencing over Redlock).
 func TestDistinctContendedKeysLeaveNoState(t *testing.T) {
 	cl := startCluster(t, 3)
 	holder, waiter := cl.locker(t), cl.locker(t)
@@ -77,6 +77,10 @@ func TestDistinctContendedKeysLeaveNoState(t *testing.T) {
 			key := iter.Val()
 			if !strings.HasSuffix(key, ":fence") {
 				t.Errorf("node %d: key %q left behind", i, key)
+				continue
+			}
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+				t.Errorf("node %d: fence counter %q expires in %v, want about a day", i, key, ttl)
 			}
 		}
 	}

@@ -526,6 +526,51 @@ func TestFenceCounterNotANumberIsWrongType(t *testing.T) {
 	}
 }
 
+// lua/fence.lua: a fence counter ahead of a node's clock (moved forward by
+// hand, or past 2^53) lives on that node at least until its clock reaches
+// the fence. Were it to expire first, with the fence still ahead of every
+// clock, a grant by a majority through that node would fall back to the
+// clocks, below the fences already issued.
+func TestFenceCounterAheadOfClockOutlivesTheGap(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.locker(t)
+	ctx := context.Background()
+	for _, ahead := range []uint64{
+		uint64(time.Now().Add(72 * time.Hour).UnixMicro()),
+		uint64(1)<<53 + 1, // counted in decimal
+	} {
+		key := "ahead-" + strconv.FormatUint(ahead, 10)
+		for _, rdb := range cl.rdbs {
+			rdb.Set(ctx, lockKey(key)+":fence", ahead, time.Hour)
+		}
+		l := mustLock(t, c, key)
+		if l.Fence() != ahead+1 {
+			t.Fatalf("counters at %d: fence %d", ahead, l.Fence())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stored := 0
+		for i, rdb := range cl.rdbs {
+			if rdb.Get(ctx, lockKey(key)+":fence").Val() != strconv.FormatUint(l.Fence(), 10) {
+				continue // not waited for: a majority stored it
+			}
+			stored++
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gap := time.Duration(l.Fence()-uint64(now.UnixMicro())) * time.Microsecond
+			if ttl := rdb.PTTL(ctx, lockKey(key)+":fence").Val(); ttl < gap {
+				t.Errorf("node %d, counters at %d: expires in %v, before its clock reaches the fence %d (in %v)", i, ahead, ttl, l.Fence(), gap)
+			}
+		}
+		if stored < 2 {
+			t.Errorf("counters at %d: fence %d stored on %d nodes", ahead, l.Fence(), stored)
+		}
+	}
+}
+
 // A release whose wake-up message the server refuses (an ACL that lets the
 // user run the scripts on the lock's keys but not publish on its channel)
 // has still released the lock: Unlock reports that, not an error.
