@@ -34,12 +34,11 @@ type gateAcquire struct {
 
 func (h *gateAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		second := lockKey(h.key) + ":fence"
+		match := isAcquire
 		if h.release {
-			second = lockKey(h.key) + ":wake"
+			match = isRelease
 		}
-		if !h.armed.Load() || len(a) < 5 || a[0] != "evalsha" || a[3] != lockKey(h.key) || a[4] != second {
+		if !h.armed.Load() || !match(cmd, h.key) {
 			return next(ctx, cmd)
 		}
 		h.armed.Store(false)
@@ -312,19 +311,18 @@ type lateAttempt struct {
 
 func (h *lateAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if !h.armed.Load() || len(a) < 5 || a[0] != "evalsha" || a[3] != lockKey(h.key) {
+		if !h.armed.Load() {
 			return next(ctx, cmd)
 		}
 		switch {
-		case a[4] == lockKey(h.key)+":fence" && !h.releasesOnly:
+		case isAcquire(cmd, h.key) && !h.releasesOnly:
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
 			<-ctx.Done() // the per-node timeout, or the attempt's own cancellation
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
-		case a[4] == lockKey(h.key)+":wake":
+		case isRelease(cmd, h.key):
 			h.heldBack.Add(1)
 			<-h.gate
 			return next(context.WithoutCancel(ctx), cmd)
@@ -343,8 +341,7 @@ type countAcquires struct {
 func (h *countAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		// The acquire script has three arguments; the fence script two.
-		if a := cmd.Args(); len(a) == 8 && a[0] == "evalsha" && a[3] == lockKey(h.key) {
+		if isAcquire(cmd, h.key) {
 			h.n.Add(1)
 		}
 		return err

@@ -1035,10 +1035,7 @@ type hangFence struct {
 
 func (h *hangFence) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		// fence.lua: two keys (the lock and its counter), two arguments;
-		// acquire.lua has the same keys and three arguments.
-		if len(a) != 7 || a[0] != "evalsha" || a[3] != lockKey(h.key) || a[4] != lockKey(h.key)+":fence" {
+		if !isFence(cmd, h.key) {
 			return next(ctx, cmd)
 		}
 		<-ctx.Done()
@@ -1152,12 +1149,8 @@ type fenceOrder struct {
 
 func (h *fenceOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if len(a) < 4 || a[0] != "evalsha" || a[3] != lockKey(h.key) {
-			return next(ctx, cmd)
-		}
 		switch {
-		case len(a) == 7 && a[4] == lockKey(h.key)+":fence": // fence.lua
+		case isFence(cmd, h.key):
 			if h.first.CompareAndSwap(false, true) {
 				if err := next(ctx, redis.NewCmd(ctx, "del", lockKey(h.key))); err != nil {
 					return err
@@ -1168,7 +1161,7 @@ func (h *fenceOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			case <-h.released:
 			case <-time.After(300 * time.Millisecond):
 			}
-		case len(a) == 8 && a[4] == lockKey(h.key)+":wake": // release.lua
+		case isRelease(cmd, h.key):
 			if h.once.CompareAndSwap(false, true) {
 				close(h.released)
 			}

@@ -24,7 +24,7 @@ type panicAcquire struct {
 
 func (h panicAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); h.armed.Load() && len(a) > 4 && a[0] == "evalsha" && a[3] == lockKey(h.key) && a[4] == lockKey(h.key)+":fence" {
+		if h.armed.Load() && isAcquire(cmd, h.key) {
 			panic("hook bug")
 		}
 		return next(ctx, cmd)

@@ -208,9 +208,20 @@ func (h *byCaller) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // isAcquire reports whether cmd runs the acquire script on key.
-func isAcquire(cmd redis.Cmder, key string) bool {
+func isAcquire(cmd redis.Cmder, key string) bool { return runs(cmd, key, ":fence", 3) }
+
+// isFence reports whether cmd runs the fence script on key.
+func isFence(cmd redis.Cmder, key string) bool { return runs(cmd, key, ":fence", 2) }
+
+// isRelease reports whether cmd runs the release script on key.
+func isRelease(cmd redis.Cmder, key string) bool { return runs(cmd, key, ":wake", 3) }
+
+// runs reports whether cmd is an EVALSHA on key's lock and the name
+// lockKey(key)+second, with n arguments: acquire.lua and fence.lua share
+// their keys, not their number of arguments.
+func runs(cmd redis.Cmder, key, second string, n int) bool {
 	a := cmd.Args()
-	return len(a) >= 5 && a[0] == "evalsha" && a[3] == lockKey(key) && a[4] == lockKey(key)+":fence"
+	return len(a) == 5+n && a[0] == "evalsha" && a[3] == lockKey(key) && a[4] == lockKey(key)+second
 }
 
 // proxiedWaiter returns a Client on cl's nodes, with a per-node timeout far
