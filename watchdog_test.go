@@ -221,6 +221,16 @@ func TestRenewalMeetingOwnRelease(t *testing.T) {
 				t.Errorf("the lock's context ended with %v, want ErrReleased", cause)
 			}
 			checkEndedOnce(t, rec, false)
+			// The renewal that met the release says nothing about the
+			// lock: the Observer hears of no renewal but answered ones.
+			waitRenewalsSettled(t)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, e := range rec.renews {
+				if e.Outcome != RenewOK {
+					t.Errorf("Renew %+v reported for the renewal that met our own release, want none", e)
+				}
+			}
 		})
 	}
 }

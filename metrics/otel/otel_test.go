@@ -550,3 +550,64 @@ func TestFailedEventWithoutError(t *testing.T) {
 		}
 	}
 }
+
+// A failed release's span has an error status with Unlock's error, and
+// records the error as an exception event; a release that found the lock
+// gone (not_held) does not fail its span.
+func TestFailedReleaseSpan(t *testing.T) {
+	obs, spans, _ := spanObserver(t)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	gone, err := locks.Lock(ctx, "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing, err := locks.Lock(ctx, "order:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other data at the lock's name: its release finds it gone (not_held).
+	if err := rdb.Del(ctx, "dlock:{order:1}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.RPush(ctx, "dlock:{order:1}", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock of a lock found gone = %v, want ErrNotHeld", err)
+	}
+	// Redis gone: the release fails, well within the default lease.
+	srv.Kill(t)
+	uerr := failing.Unlock(ctx)
+	if uerr == nil || errors.Is(uerr, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock with Redis gone = %v, want its error", uerr)
+	}
+	spansOf := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spans.GetSpans().Snapshots() {
+		if key, _ := spanAttr(s, dlockotel.Key); s.Name() == "dlock.release" {
+			spansOf[key.AsString()] = s
+		}
+	}
+	if len(spansOf) != 2 {
+		t.Fatalf("release spans %v, want one for each lock", spansOf)
+	}
+	if s := spansOf["order:1"]; s.Status().Code == codes.Error {
+		t.Errorf("not_held release's span status %v, want no error", s.Status())
+	}
+	s := spansOf["order:2"]
+	if out, _ := spanAttr(s, dlockotel.Outcome); out.AsString() != "error" {
+		t.Errorf("failed release's span outcome %q, want error", out.AsString())
+	}
+	if s.Status().Code != codes.Error || s.Status().Description != uerr.Error() {
+		t.Errorf("failed release's span status %v, want an error with %q", s.Status(), uerr.Error())
+	}
+	if ev := s.Events(); len(ev) != 1 || ev[0].Name != "exception" {
+		t.Errorf("failed release's span events %v, want the exception", ev)
+	}
+}
