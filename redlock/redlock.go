@@ -80,8 +80,8 @@
 // dlock:{K} (owner token -> hold count, plus fence, metadata, grant time
 // and the number of the last Extend), the counter dlock:{K}:fence (it
 // expires a day after its last fence, once the node's clock is past that
-// fence, see docs/safety.md) and the channel dlock:{K}:wake. Do not point a single-node dlock Client
-// with the same prefix at a Redlock node.
+// fence, see docs/safety.md) and the channel dlock:{K}:wake. Do not point
+// a single-node dlock Client with the same prefix at a Redlock node.
 package redlock
 
 import (
