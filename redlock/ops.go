@@ -72,7 +72,7 @@ func (b *redlock) renew(ctx context.Context, op string, rs []backend.Renewal, mo
 		// A node slower than the majority should still be renewed after
 		// the caller stopped waiting and ended ctx (the watchdog does at
 		// once): it may need more than one round trip (NOSCRIPT, then
-		// SCRIPT LOAD and the renewals again). Only the deadline counts.
+		// the renewals again with the script). Only the deadline counts.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(rctx), timeout)
 		defer cancel()
 		return renewOn(dctx, rdb, rs, mode)
@@ -117,22 +117,22 @@ func renewVotes(replies []reply[[]int64], j int) votes {
 // Each value is 1 (extended), 0 (not held there) or -1 (that command
 // failed); the error is set when no command got an answer.
 func renewOn(ctx context.Context, rdb redis.UniversalClient, rs []backend.Renewal, mode string) ([]int64, error) {
-	run := func() ([]*redis.Cmd, error) {
+	type send func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+	run := func(script send) ([]*redis.Cmd, error) {
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(rs))
 		for i, r := range rs {
-			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL), mode)
+			cmds[i] = script(ctx, pipe, []string{data(r.Lease).keys.lock}, r.Lease.Token, backend.Millis(r.TTL), mode)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err
 	}
-	cmds, err := run()
+	cmds, err := run(extendScript.EvalSha)
 	if backend.NoScript(err) {
-		// The node lost its script cache (a restart, SCRIPT FLUSH).
-		if lerr := extendScript.Load(ctx, rdb).Err(); lerr != nil {
-			return nil, lerr
-		}
-		cmds, err = run()
+		// The node lost its script cache (a restart, SCRIPT FLUSH): the
+		// script itself, which caches it there. Not SCRIPT LOAD, which a
+		// hardened server may have renamed away (docs/safety.md).
+		cmds, err = run(extendScript.Eval)
 	}
 	vals := make([]int64, len(cmds))
 	answered := false

@@ -217,8 +217,8 @@ func (o *renewCounter) Renew(e dlock.RenewEvent) {
 
 // The watchdog renews a lock on every node, not only on the majority that
 // answers first. A node that does not have the extend script cached (new,
-// restarted, SCRIPT FLUSH) answers NOSCRIPT and needs the script loaded and
-// the renewal sent again: those must still go out when that node is slower
+// restarted, SCRIPT FLUSH) answers NOSCRIPT and needs the renewal sent
+// again with the script: those must still go out when that node is slower
 // than the majority, or it never renews anything, its holds run out, and
 // every lock survives one node failure fewer than it should.
 func TestRenewalReachesTheSlowerNodes(t *testing.T) {
@@ -233,6 +233,41 @@ func TestRenewalReachesTheSlowerNodes(t *testing.T) {
 	// Four renewals: about 2s, past the lease node 2 granted.
 	waitUntil(t, 10*time.Second, "four renewals", func() bool { return obs.ok.Load() >= 4 })
 	onEveryNodeSurvivesOneDown(t, cl, obs, l, "far")
+}
+
+// Nodes hardened as docs/safety.md allows, with SCRIPT renamed away, renew
+// a lock after losing their script cache (the extend script is first sent
+// once a lock is held, and a restarted node has lost it): the renewal is
+// sent again with the script, never with SCRIPT LOAD, which such a node
+// refuses, so that every renewal would fail and the lock be lost.
+func TestHardenedNodesRenewWithoutScriptLoad(t *testing.T) {
+	const script = "hidden-script" // SCRIPT, for the test only
+	cl := startCluster(t, 3, func(int) []redistest.Option {
+		return []redistest.Option{redistest.WithConfig("rename-command", "SCRIPT", script)}
+	})
+	obs := &renewCounter{}
+	c := cl.locker(t, dlock.WithObserver(obs))
+	ctx := context.Background()
+	l := lockEveryNode(t, cl, c, "job", dlock.WithTTL(900*time.Millisecond)) // renewed every 300ms
+	defer l.Unlock(ctx)
+	waitUntil(t, 10*time.Second, "a renewal or the loss", func() bool {
+		return obs.ok.Load() >= 1 || l.Context().Err() != nil
+	})
+	for _, rdb := range cl.rdbs {
+		if err := rdb.Do(ctx, script, "FLUSH").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := obs.ok.Load()
+	waitUntil(t, 10*time.Second, "two more renewals or the loss", func() bool {
+		return obs.ok.Load() >= n+2 || l.Context().Err() != nil
+	})
+	if err := l.Context().Err(); err != nil {
+		t.Fatalf("lock lost on nodes that answer: %v", context.Cause(l.Context()))
+	}
+	if got := cl.holders(t, "job", l.Token()); len(got) != 3 {
+		t.Errorf("the lock is on nodes %v, want all 3", got)
+	}
 }
 
 // onEveryNodeSurvivesOneDown checks that l, of key on a 3-node cluster, is
