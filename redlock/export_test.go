@@ -15,3 +15,11 @@ func SetPubSubHealth(t testing.TB, idle, wait time.Duration) {
 	pubSubHealth = backend.PubSubHealth{Idle: idle, Wait: wait}
 	t.Cleanup(func() { pubSubHealth = old })
 }
+
+// SetLinger sets how long the Clients made from now on keep a channel
+// subscribed after its last waiter left, until t ends.
+func SetLinger(t testing.TB, d time.Duration) {
+	old := linger
+	linger = d
+	t.Cleanup(func() { linger = old })
+}

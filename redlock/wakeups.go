@@ -10,10 +10,6 @@ import (
 )
 
 const (
-	// linger keeps a channel subscribed this long after its last waiter
-	// left, so a key waited on again and again costs no SUBSCRIBE and
-	// UNSUBSCRIBE round trips.
-	linger = 5 * time.Second
 	// A pub/sub connection that failed is retried after a backoff growing
 	// from minBackoff to maxBackoff (go-redis reconnects and resubscribes).
 	// So are the channels refused by an error reply, which leaves the
@@ -30,6 +26,11 @@ const (
 // pubSubHealth is the health check of the pub/sub connections of the
 // Clients made from now on; tests shorten it.
 var pubSubHealth = backend.DefaultPubSubHealth
+
+// linger keeps a channel subscribed this long after its last waiter left,
+// so a key waited on again and again costs no SUBSCRIBE and UNSUBSCRIBE
+// round trips: that of the Clients made from now on; tests shorten it.
+var linger = 5 * time.Second
 
 // hub tells the goroutines of one Client waiting for locks when a lock was
 // released on some node, so that they retry then instead of polling. Each
@@ -52,7 +53,8 @@ var pubSubHealth = backend.DefaultPubSubHealth
 type hub struct {
 	b      *redlock
 	health backend.PubSubHealth // of each node's connection
-	ctx    context.Context      // cancelled by close: ends calls to a hung node
+	linger time.Duration
+	ctx    context.Context // cancelled by close: ends calls to a hung node
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
@@ -146,7 +148,7 @@ type nodeSub struct {
 
 func newHub(b *redlock) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &hub{b: b, health: pubSubHealth, ctx: ctx, cancel: cancel, chans: make(map[string]*channel)}
+	return &hub{b: b, health: pubSubHealth, linger: linger, ctx: ctx, cancel: cancel, chans: make(map[string]*channel)}
 }
 
 // snapshot returns the generation of a channel and whether it is
@@ -217,7 +219,7 @@ func (w *waiter) leave() {
 	if len(c.waiters) > 0 || h.closed {
 		return
 	}
-	c.idle = time.AfterFunc(linger, func() {
+	c.idle = time.AfterFunc(h.linger, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.closed || h.chans[c.name] != c || len(c.waiters) > 0 {

@@ -23,6 +23,11 @@ const (
 	ACLTxnRule = "+watch +multi +exec"
 	// ACLAdminRule: Inspect, List, ForceRelease and the permits' own.
 	ACLAdminRule = "+exists +type +scan"
+	// ACLRedlockRule: every Redlock call on one node, waiting included
+	// (on classic pub/sub channels).
+	ACLRedlockRule = "resetkeys ~dlock:* resetchannels &dlock:* -@all " +
+		"+evalsha +eval +time +get +set +del +exists +hget +hset +hexists +hkeys +pexpire +pttl " +
+		"+publish +subscribe +unsubscribe +ping"
 	// ACLClusterRule: a ClusterClient reads the slot map and the command
 	// table, and follows ASK redirections with ASKING.
 	ACLClusterRule = "+cluster|slots +command +asking"
