@@ -22,6 +22,9 @@ import (
 //
 // CHAOS_DURATION (15s by default) and CHAOS_SEED are TestChaos's.
 func TestPermitsChaos(t *testing.T) {
+	// A server of its own, and checks of what the traffic recorded, not of
+	// how long calls took: it runs beside the other chaos run.
+	t.Parallel()
 	seed, dur := chaoscheck.Settings(t, 15*time.Second)
 	ch := newChaos(t)
 	ch.Keys = []string{"s2", "s5", "rw"}

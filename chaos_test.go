@@ -42,6 +42,9 @@ import (
 // acted on SIGTERM: restarts now excuse leases granted up to the old
 // process's exit.)
 func TestChaos(t *testing.T) {
+	// A server of its own, and checks of what the traffic recorded, not of
+	// how long calls took: it runs beside the other chaos run.
+	t.Parallel()
 	seed, dur := chaoscheck.Settings(t, 15*time.Second)
 	ch := newChaos(t)
 	ch.Keys = []string{"k0", "k1"}

@@ -1086,7 +1086,14 @@ func TestClusterRenewalAfterScriptFlushWithAReplicaHung(t *testing.T) {
 	ctx := context.Background()
 	// The replica is in every node's slot map (CLUSTER SLOTS lists a
 	// replica once it has a replication offset), as on any live cluster.
+	// Writes to the masters give it one at once, not at the master's next
+	// replication ping (10 s apart); they go through a client of their
+	// own, so that the Client's slot map is loaded with the replica in it.
+	writer := cl.Client(t)
 	waitUntil(t, 10*time.Second, "every node to list the replica", func() bool {
+		for i := range 30 {
+			writer.Set(ctx, fmt.Sprint("offset:", i), 1, time.Minute)
+		}
 		for _, a := range cl.Addrs() {
 			nc := redis.NewClient(&redis.Options{Addr: a})
 			//lint:ignore SA1019 go-redis builds its slot map from CLUSTER SLOTS: that is what must list the replica

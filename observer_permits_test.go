@@ -415,8 +415,8 @@ func TestObserverPanicsOnPermitPaths(t *testing.T) {
 			<-b.Done()
 		}, func() (Observer, func()) { return panicOnEvents{}, func() {} }},
 		{"Renew", 1, 1, func(t *testing.T, p permitTaker, c, other *Client, rec *recorder) {
-			// Renewed every 333 ms: a loaded machine does not lose it first.
-			l := mustTake(t, p, c, WithTTL(time.Second))
+			// Renewed every 200 ms: a loaded machine does not lose it first.
+			l := mustTake(t, p, c, WithTTL(600*time.Millisecond))
 			waitUntil(t, 5*time.Second, "two renewals", func() bool {
 				return rec.count(func(r *recorder) int { return len(r.renews) }) >= 2
 			})

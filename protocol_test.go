@@ -57,7 +57,7 @@ func protocolLock(t *testing.T, rdb redis.UniversalClient) {
 	c1 := newClientOn(t, rdb)
 	c2 := newClientOn(t, rdb, WithQueueTTL(time.Minute))
 	const key = "resp"
-	const lease = 600 * time.Millisecond
+	const lease = 300 * time.Millisecond
 	l := mustLock(t, c1, key, WithTTL(lease), WithMetadata("first"))
 	if l.Fence() == 0 {
 		t.Fatal("no fence")

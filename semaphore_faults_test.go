@@ -61,6 +61,9 @@ import (
 // logged seed (the timing is the machine's); CHAOS_DURATION (5 s by
 // default) sets how long workers start new rounds.
 func TestSemaphoreFaults(t *testing.T) {
+	// A server of its own, and checks of counts and of what Redis held,
+	// with bounds far past any delay: it runs beside the chaos runs.
+	t.Parallel()
 	seed, dur := chaoscheck.Settings(t, 5*time.Second)
 	srv := redistest.Start(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
