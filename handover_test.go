@@ -120,6 +120,41 @@ func TestCheckFindingTheLockOursNeverShortensIt(t *testing.T) {
 	}
 }
 
+// acquire.lua: a check that finds the lock ours, asked to (ARGV[8], with
+// replica acknowledgement), lengthens it to the full lease in Redis and
+// writes even when that changes nothing, so that the WAIT sent after it
+// covers a write of its own connection: the waiter trusts that lease from
+// the check (as TestSemaphoreCheckLengthensHandOver for permits).
+func TestCheckLengthensTheLockFoundOurs(t *testing.T) {
+	c, rdb, _ := newTestClient(t)
+	ctx := context.Background()
+	l := mustLock(t, c, "handed", WithTTL(5*time.Second), WithoutRenewal())
+	defer l.Unlock(ctx)
+	k := c.keys("handed")
+	check := func(lengthenTo int64) []int64 {
+		t.Helper()
+		before := changes(t, rdb)
+		res, err := acquireScript.Run(ctx, rdb, k.all(), l.Token(), 1000, "{}", "1", 30000, 1000, "cl", lengthenTo).Int64Slice()
+		if err != nil || len(res) != 3 || res[0] != 2 || uint64(res[1]) != l.Fence() {
+			t.Fatalf("check = %v, %v; want {2, %d, pttl}", res, err, l.Fence())
+		}
+		if changes(t, rdb) == before {
+			t.Fatalf("a check lengthening to %d ms wrote nothing: a WAIT after it would not cover it", lengthenTo)
+		}
+		return res
+	}
+	if res := check(60000); res[2] < 59000 {
+		t.Fatalf("check lengthening to 60 s answered a lease of %d ms", res[2])
+	}
+	if d := rdb.PTTL(ctx, k.lock).Val(); d < 59*time.Second {
+		t.Fatalf("after a check lengthening to 60 s the lock expires in %v", d)
+	}
+	// Shorter than what is left: kept as it is, and written all the same.
+	if res := check(1000); res[2] < 58000 {
+		t.Fatalf("lease after a check asking for less = %d ms", res[2])
+	}
+}
+
 // A lock taken WithoutRenewal and handed over by message is trusted until
 // about when Redis's lease of it ends. Trusted from the waiter's last check
 // before the hand-over instead, up to a third of the lease earlier, and
@@ -799,4 +834,88 @@ func TestWaiterRefreshesItsEntryWellBeforeItEnds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The fence up to which a hand-over message is stale is the highest any
+// check found, not the last one's: a failover that lost the lock's keys
+// (and a fence counter ahead of the new master's clock) lets the next
+// holder's fence be lower than one an earlier check read, and a message
+// for a hand-over made before that check must still not be trusted.
+func TestStaleHandOverMessageAfterFenceWentBack(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const key = "back"
+	var calls, done atomic.Int32
+	entered, proceed, third := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	w, _ := hookedClient(t, srv.Addr(), scriptHook{
+		before: map[string]func() error{acquireEval.sha: func() error {
+			if calls.Add(1) == 2 { // the waiter's second check
+				close(entered)
+				<-proceed
+			}
+			return nil
+		}},
+		after: map[string]func() error{acquireEval.sha: func() error {
+			if done.Add(1) == 3 {
+				close(third)
+			}
+			return nil
+		}},
+	})
+	k := w.keys(key)
+	// A counter ahead of the clock: the holder's fence is an hour ahead.
+	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
+	if err := rdb.Set(ctx, k.fence, ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := mustLock(t, newClientOn(t, rdb), key, WithTTL(30*time.Second))
+	if h.Fence() <= ahead {
+		t.Fatalf("holder's fence %d, want past the counter's %d", h.Fence(), ahead)
+	}
+	got := lockAsync(ctx, w, key)
+	<-entered // the first check read h's fence; the second is held back
+	token := rdb.ZRange(ctx, k.queue, 0, 0).Val()
+	if len(token) != 1 {
+		t.Fatalf("queue %v, want the waiter", token)
+	}
+	// The lock's keys are lost (a failover): g's fence comes from the
+	// clock, below h's.
+	if err := rdb.Del(ctx, k.lock, k.fence, k.queue, k.waiters).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := newClientOn(t, rdb).TryLock(ctx, key, WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence() >= h.Fence() {
+		t.Fatalf("g's fence %d, want below h's %d", g.Fence(), h.Fence())
+	}
+	// A late message for a hand-over to the waiter made before its first
+	// check, with a fence up to h's.
+	ch := w.wakeChannel(key)
+	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool {
+		return rdb.PubSubShardNumSub(ctx, ch).Val()[ch] == 1
+	})
+	if err := rdb.SPublish(ctx, ch, token[0]+" "+strconv.FormatUint(h.Fence(), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the message to reach the waiter", func() bool { return grantedPending(w, key) })
+	close(proceed) // the second check finds g holding the lock
+	select {
+	case r := <-got:
+		if r.err == nil {
+			t.Fatalf("Lock took a stale hand-over (fence %d) while g holds the lock (fence %d)", r.l.Fence(), g.Fence())
+		}
+		t.Fatalf("Lock: %v", r.err)
+	case <-third: // it checked again instead, and waits for g
+	}
+	if err := g.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLock(t, got, 5*time.Second, "the hand-over after g's unlock")
+	if l.Fence() <= g.Fence() {
+		t.Errorf("fence %d after g's %d", l.Fence(), g.Fence())
+	}
+	_ = l.Unlock(ctx)
 }

@@ -1226,7 +1226,13 @@ func TestReplicaAckHandOverDuringCheck(t *testing.T) {
 	// waitLate) runs out, and answers half a WAIT after.
 	late := time.AfterFunc(queueTTL+waitLate+timeout/2, func() { close(check.release) })
 	defer late.Stop()
-	if w := wantHanded(t, got, handed); w.Context().Err() != nil {
+	w := wantHanded(t, got, handed)
+	// Redis holds it for the lease the waiter trusts (the default 30 s),
+	// not for what was left of the hand-over's.
+	if d := rdb.PTTL(ctx, holder.keys("in-check").lock).Val(); d < 20*time.Second {
+		t.Fatalf("lease on the master right after the grant = %v, want about the full 30s", d)
+	}
+	if w.Context().Err() != nil {
 		t.Fatal(context.Cause(w.Context()))
 	}
 }

@@ -1423,3 +1423,45 @@ func TestFailedRenewalNotRetriedInAnotherLocksRound(t *testing.T) {
 		}
 	}
 }
+
+// An Extend given the lock's own Context (a level-1 Lock's is the hold's)
+// that waits behind a call under way sees that Context end with the loss:
+// it returns the loss, as it says, not context.Canceled. Both of its waits
+// end at once, and either may be taken: a few rounds try both.
+func TestExtendWithTheLocksContextWaitingSeesLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for i := range 20 {
+		var armed atomic.Bool
+		ran, proceed := make(chan struct{}), make(chan struct{})
+		c, _ := hookedClient(t, srv.Addr(), scriptHook{after: map[string]func() error{extendScript.Hash(): func() error {
+			if armed.CompareAndSwap(true, false) {
+				close(ran)
+				<-proceed // Redis ran it; its reply is slow
+			}
+			return nil
+		}}})
+		// Close leaves the lock in Redis: a key of its own each round.
+		l := mustLock(t, c, fmt.Sprint("extend-own-ctx-", i), WithTTL(time.Minute))
+		armed.Store(true)
+		first := make(chan error, 1)
+		go func() { first <- l.Extend(ctx, time.Minute) }()
+		<-ran
+		second := make(chan error, 1)
+		go func() { second <- l.Extend(l.Context(), time.Minute) }()
+		waitUntil(t, 5*time.Second, "the Extend to wait for the call under way", func() bool {
+			c.dog.mu.Lock()
+			defer c.dog.mu.Unlock()
+			return l.h.idle != nil
+		})
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }() // waits for the call under way
+		err := testutil.Receive(t, second, 5*time.Second, "the waiting Extend to return")
+		close(proceed)
+		<-first
+		<-closed
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("round %d: Extend with the lock's Context, lost while it waited = %v, want ErrLockLost", i, err)
+		}
+	}
+}
