@@ -131,18 +131,9 @@ func TestCheckLengthensTheLockFoundOurs(t *testing.T) {
 	l := mustLock(t, c, "handed", WithTTL(5*time.Second), WithoutRenewal())
 	defer l.Unlock(ctx)
 	k := c.keys("handed")
-	check := func(lengthenTo int64) []int64 {
-		t.Helper()
-		before := changes(t, rdb)
-		res, err := acquireScript.Run(ctx, rdb, k.all(), l.Token(), 1000, "{}", "1", 30000, 1000, "cl", lengthenTo).Int64Slice()
-		if err != nil || len(res) != 3 || res[0] != 2 || uint64(res[1]) != l.Fence() {
-			t.Fatalf("check = %v, %v; want {2, %d, pttl}", res, err, l.Fence())
-		}
-		if changes(t, rdb) == before {
-			t.Fatalf("a check lengthening to %d ms wrote nothing: a WAIT after it would not cover it", lengthenTo)
-		}
-		return res
-	}
+	check := lengtheningCheck(t, rdb, acquireScript, k.all(), l.Fence(), func(lengthenTo int64) []any {
+		return []any{l.Token(), 1000, "{}", "1", 30000, 1000, "cl", lengthenTo}
+	})
 	if res := check(60000); res[2] < 59000 {
 		t.Fatalf("check lengthening to 60 s answered a lease of %d ms", res[2])
 	}
@@ -152,6 +143,26 @@ func TestCheckLengthensTheLockFoundOurs(t *testing.T) {
 	// Shorter than what is left: kept as it is, and written all the same.
 	if res := check(1000); res[2] < 58000 {
 		t.Fatalf("lease after a check asking for less = %d ms", res[2])
+	}
+}
+
+// lengtheningCheck returns a run of script, with the arguments args gives
+// for a lease of lengthenTo ms, as a waiter's check that finds the lock (or
+// permits) handed to it: t fails unless it answers {2, fence, pttl} and
+// writes, even when the lease stays as it is, so that a WAIT after it
+// covers a write of its own connection.
+func lengtheningCheck(t *testing.T, rdb *redis.Client, script *redis.Script, keys []string, fence uint64, args func(lengthenTo int64) []any) func(lengthenTo int64) []int64 {
+	return func(lengthenTo int64) []int64 {
+		t.Helper()
+		before := changes(t, rdb)
+		res, err := script.Run(context.Background(), rdb, keys, args(lengthenTo)...).Int64Slice()
+		if err != nil || len(res) != 3 || res[0] != 2 || uint64(res[1]) != fence {
+			t.Fatalf("check = %v, %v; want {2, %d, pttl}", res, err, fence)
+		}
+		if changes(t, rdb) == before {
+			t.Fatalf("a check lengthening to %d ms wrote nothing: a WAIT after it would not cover it", lengthenTo)
+		}
+		return res
 	}
 }
 

@@ -273,19 +273,9 @@ func TestSemaphoreCheckLengthensHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := semKeys(s)
-	check := func(lengthenTo int64) []int64 {
-		t.Helper()
-		before := changes(t, rdb)
-		args := []any{l.Token(), 1000, "", "0", 3000, 1000, "client", 1, 2, lengthenTo}
-		res, err := permitsAcquireEval.script.Run(ctx, rdb, k.all(), args...).Int64Slice()
-		if err != nil || len(res) != 3 || res[0] != 2 || uint64(res[1]) != l.Fence() {
-			t.Fatalf("check = %v, %v; want {2, %d, pttl}", res, err, l.Fence())
-		}
-		if changes(t, rdb) == before {
-			t.Fatalf("a check lengthening to %d ms wrote nothing: a WAIT after it would not cover it", lengthenTo)
-		}
-		return res
-	}
+	check := lengtheningCheck(t, rdb, permitsAcquireEval.script, k.all(), l.Fence(), func(lengthenTo int64) []any {
+		return []any{l.Token(), 1000, "", "0", 3000, 1000, "client", 1, 2, lengthenTo}
+	})
 	if res := check(60000); res[2] < 59000 {
 		t.Fatalf("lease after lengthening to 60 s = %d ms", res[2])
 	}
